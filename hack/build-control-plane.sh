@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver (from the k8s.io/kubernetes module) and etcd (from
+# go.etcd.io/etcd/server/v3) into bin/k8s/<kube>-<etcd>/, once per version pair.
+# Prints the directory, which is what KUBEBUILDER_ASSETS should point at.
+set -euo pipefail
+
+KUBE_VERSION=${KUBE_VERSION:-1.37.0}
+ETCD_VERSION=${ETCD_VERSION:-3.6.8}
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="$root/bin/k8s/$KUBE_VERSION-$ETCD_VERSION"
+
+if [ -x "$out/kube-apiserver" ] && [ -x "$out/etcd" ]; then
+  echo "$out"
+  exit 0
+fi
+mkdir -p "$out"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local
+
+build_etcd() {
+  mkdir -p "$work/etcd" && cd "$work/etcd"
+  go mod init control-plane/etcd >/dev/null 2>&1
+  cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "go.etcd.io/etcd/server/v3"
+GO
+  go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >&2
+  go mod tidy >&2
+  CGO_ENABLED=0 go build -trimpath -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3 >&2
+  mv "$out/etcd.tmp" "$out/etcd"
+}
+
+build_apiserver() {
+  mkdir -p "$work/kube" && cd "$work/kube"
+  go mod init control-plane/kube >/dev/null 2>&1
+  cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+GO
+  go mod edit -require "k8s.io/kubernetes@v$KUBE_VERSION"
+  # A dependent module ignores upstream's "=> ./staging/..." replaces: map each
+  # staging module to its own v0.Y.Z release instead.
+  go mod download "k8s.io/kubernetes@v$KUBE_VERSION" >&2
+  upstream_mod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v$KUBE_VERSION.mod
+  staging_version="v0.${KUBE_VERSION#1.}"
+  awk '/=> \.\/staging\// {print $1}' "$upstream_mod" | sort -u | while read -r mod; do
+    go mod edit -replace "$mod=$mod@$staging_version"
+  done
+  go mod tidy >&2
+  CGO_ENABLED=0 go build -trimpath -o "$out/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver >&2
+  mv "$out/kube-apiserver.tmp" "$out/kube-apiserver"
+}
+
+[ -x "$out/etcd" ] || build_etcd
+[ -x "$out/kube-apiserver" ] || build_apiserver
+echo "$out"

@@ -1,0 +1,165 @@
+package inject
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	encjson "encoding/json"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+// compiledSidecar is a Sidecar prepared once per revision: selectors parsed,
+// templates compiled and every static part already encoded as JSON.
+type compiledSidecar struct {
+	name      string
+	revision  string
+	native    bool
+	onMissing v1alpha1.MissingParametersPolicy
+
+	selector   labels.Selector // nil: selects no pod by label
+	nsSelector labels.Selector // nil: every namespace
+	activation string
+
+	params     []v1alpha1.Parameter
+	paramIndex map[string]int
+
+	// initContainers holds the Sidecar's init containers followed, for a
+	// native sidecar, by its containers with restartPolicy Always.
+	initContainers []renderedContainer
+	containers     []renderedContainer
+	volumes        [][]byte
+	volumeNames    []string
+	appMounts      []corev1.VolumeMount
+	appMountsJSON  [][]byte
+}
+
+type renderedContainer struct {
+	name string
+	json *jsonTemplate
+}
+
+// Revision returns the hash of a Sidecar's spec recorded in the status annotation.
+func Revision(spec *v1alpha1.SidecarSpec) string {
+	raw, err := encjson.Marshal(spec)
+	if err != nil {
+		panic(err) // a SidecarSpec always marshals
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:8])
+}
+
+// Compile prepares one Sidecar. Its errors name the offending field.
+func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
+	spec := &sc.Spec
+	c := &compiledSidecar{
+		name:       sc.Name,
+		revision:   Revision(spec),
+		native:     spec.NativeSidecar,
+		onMissing:  spec.OnMissingParameters,
+		params:     spec.Parameters,
+		paramIndex: make(map[string]int, len(spec.Parameters)),
+		appMounts:  spec.AppVolumeMounts,
+	}
+	if c.onMissing == "" {
+		c.onMissing = v1alpha1.MissingParametersReject
+	}
+	var errs []error
+	declared := make(map[string]bool, len(spec.Parameters))
+	for i, p := range spec.Parameters {
+		if declared[p.Name] {
+			errs = append(errs, fmt.Errorf("spec.parameters[%d].name: duplicate parameter %q", i, p.Name))
+		}
+		declared[p.Name] = true
+		c.paramIndex[p.Name] = i
+	}
+	var err error
+	if c.selector, err = selectorOrNil(spec.Selector); err != nil {
+		errs = append(errs, fmt.Errorf("spec.selector: %w", err))
+	}
+	if c.nsSelector, err = selectorOrNil(spec.NamespaceSelector); err != nil {
+		errs = append(errs, fmt.Errorf("spec.namespaceSelector: %w", err))
+	}
+	if spec.Activation != nil {
+		c.activation = spec.Activation.Annotation
+	}
+
+	names := map[string]string{}
+	addContainer := func(list *[]renderedContainer, ct corev1.Container, field string) {
+		if prev, dup := names[ct.Name]; dup {
+			errs = append(errs, fmt.Errorf("%s.name: container name %q is also used by %s", field, ct.Name, prev))
+			return
+		}
+		names[ct.Name] = field
+		jt, err := compileJSONTemplate(&ct, field, declared)
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		*list = append(*list, renderedContainer{name: ct.Name, json: jt})
+	}
+	for i := range spec.InitContainers {
+		addContainer(&c.initContainers, spec.InitContainers[i], fmt.Sprintf("spec.initContainers[%d]", i))
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	for i := range spec.Containers {
+		ct := spec.Containers[i]
+		field := fmt.Sprintf("spec.containers[%d]", i)
+		if spec.NativeSidecar {
+			ct.RestartPolicy = &always
+			addContainer(&c.initContainers, ct, field)
+		} else {
+			addContainer(&c.containers, ct, field)
+		}
+	}
+
+	volumes := map[string]bool{}
+	for i := range spec.Volumes {
+		v := &spec.Volumes[i]
+		if volumes[v.Name] {
+			errs = append(errs, fmt.Errorf("spec.volumes[%d].name: duplicate volume %q", i, v.Name))
+			continue
+		}
+		volumes[v.Name] = true
+		raw, err := encjson.Marshal(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("spec.volumes[%d]: %w", i, err))
+			continue
+		}
+		c.volumes = append(c.volumes, raw)
+		c.volumeNames = append(c.volumeNames, v.Name)
+	}
+	for i := range spec.AppVolumeMounts {
+		raw, err := encjson.Marshal(&spec.AppVolumeMounts[i])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("spec.appVolumeMounts[%d]: %w", i, err))
+			continue
+		}
+		c.appMountsJSON = append(c.appMountsJSON, raw)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("sidecar %q: %w", sc.Name, err)
+	}
+	return c, nil
+}
+
+func selectorOrNil(s *metav1.LabelSelector) (labels.Selector, error) {
+	if s == nil {
+		return nil, nil
+	}
+	return metav1.LabelSelectorAsSelector(s)
+}
+
+func (c *compiledSidecar) hasVolume(name string) bool {
+	for _, n := range c.volumeNames {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,405 @@
+package inject
+
+import (
+	encjson "encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+// annotationMirror marks static pods mirrored by the kubelet; they cannot be changed.
+const annotationMirror = "kubernetes.io/config.mirror"
+
+// Engine injects a fixed set of compiled Sidecars. It is immutable and safe
+// for concurrent use; build a new one when the Sidecars change.
+type Engine struct {
+	sidecars []*compiledSidecar // sorted by name: injection order
+	byName   map[string]*compiledSidecar
+}
+
+// New compiles the Sidecars. Sidecars that do not compile are left out of the
+// engine and reported, each error naming the Sidecar and the field at fault.
+func New(sidecars []v1alpha1.Sidecar) (*Engine, error) {
+	e := &Engine{byName: make(map[string]*compiledSidecar, len(sidecars))}
+	var errs []error
+	for i := range sidecars {
+		c, err := compile(&sidecars[i])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, dup := e.byName[c.name]; dup {
+			errs = append(errs, fmt.Errorf("sidecar %q is defined twice", c.name))
+			continue
+		}
+		e.byName[c.name] = c
+		e.sidecars = append(e.sidecars, c)
+	}
+	sort.Slice(e.sidecars, func(i, j int) bool { return e.sidecars[i].name < e.sidecars[j].name })
+	return e, errors.Join(errs...)
+}
+
+// Names returns the names of the Sidecars the engine injects, in injection order.
+func (e *Engine) Names() []string {
+	out := make([]string, len(e.sidecars))
+	for i, c := range e.sidecars {
+		out[i] = c.name
+	}
+	return out
+}
+
+// Result is the outcome of injecting one pod.
+type Result struct {
+	// Injected lists the Sidecars added by this call, in order.
+	Injected []v1alpha1.InjectionRecord
+	// Warnings are returned to the client as admission warnings.
+	Warnings []string
+	// Denial, when not empty, is why the pod must be rejected; nothing else is set.
+	Denial string
+	// Patch is the RFC 6902 JSON Patch; nil when nothing changes.
+	Patch []byte
+	// Pod is the mutated Pod (Engine.Inject only).
+	Pod *corev1.Pod
+}
+
+// NamespaceLabelsFunc returns a namespace's labels; ok is false when unknown.
+type NamespaceLabelsFunc func(namespace string) (labels map[string]string, ok bool)
+
+// DefaultNamespaceLabels knows only the label the apiserver sets on every
+// namespace; it is what offline and standalone injection use.
+func DefaultNamespaceLabels(namespace string) (map[string]string, bool) {
+	return map[string]string{corev1.LabelMetadataName: namespace}, true
+}
+
+// selection is one Sidecar chosen for a pod, with its parameter values.
+type selection struct {
+	sc     *compiledSidecar
+	render renderData
+}
+
+// plan is everything decided about a pod; both renderers follow it.
+type plan struct {
+	pod        *podView
+	selected   []selection
+	status     []byte // new status annotation value; nil when unchanged
+	addLabel   bool
+	appMounts  [][]int // per pod container: indexes into the flattened app mounts
+	mountsFrom []mountSource
+	denials    []string
+	warnings   []string
+}
+
+type mountSource struct {
+	sel   int
+	index int
+}
+
+// planFor decides what to inject. podVolume returns a volume of the pod by
+// name, for comparing a Sidecar volume with a pod volume of the same name.
+func (e *Engine) planFor(pod *podView, namespace string, nsLabels NamespaceLabelsFunc, podVolume func(string) (*corev1.Volume, error)) *plan {
+	p := &plan{pod: pod}
+	annotations := pod.Metadata.Annotations
+	if _, mirror := annotations[annotationMirror]; mirror || len(e.sidecars) == 0 {
+		return p
+	}
+	if pod.Metadata.Namespace != "" {
+		namespace = pod.Metadata.Namespace
+	}
+
+	var existing v1alpha1.InjectionStatus
+	if raw, ok := annotations[v1alpha1.AnnotationStatus]; ok {
+		if err := encjson.Unmarshal([]byte(raw), &existing); err != nil {
+			p.denials = append(p.denials, fmt.Sprintf("annotation %s is not valid injection status JSON: %v", v1alpha1.AnnotationStatus, err))
+			return p
+		}
+	}
+	requested := annotations[v1alpha1.AnnotationInject]
+	skip := annotations[v1alpha1.AnnotationSkip]
+	skipAll := strings.TrimSpace(skip) == "*"
+	var nsLabelSet labels.Labels
+	podLabels := labels.Set(pod.Metadata.Labels)
+
+	for _, sc := range e.sidecars {
+		if statusHas(&existing, sc.name) {
+			continue
+		}
+		byName := listHas(requested, sc.name)
+		if !byName && !(sc.selector != nil && sc.selector.Matches(podLabels)) && !activated(annotations, sc.activation) {
+			continue
+		}
+		if sc.nsSelector != nil && !sc.nsSelector.Empty() {
+			if nsLabelSet == nil {
+				l, ok := nsLabels(namespace)
+				if !ok {
+					p.warnings = append(p.warnings, fmt.Sprintf("sidecar %q not injected: labels of namespace %q are unknown", sc.name, namespace))
+					continue
+				}
+				nsLabelSet = labels.Set(l)
+			}
+			if !sc.nsSelector.Matches(nsLabelSet) {
+				continue
+			}
+		}
+		if skipAll || listHas(skip, sc.name) {
+			continue
+		}
+		if name, clash := e.existingContainer(pod, sc); clash {
+			p.warnings = append(p.warnings, fmt.Sprintf("sidecar %q not injected: the pod already has a container named %q", sc.name, name))
+			continue
+		}
+		sel := selection{sc: sc, render: renderData{index: sc.paramIndex, pod: pod, ns: namespace}}
+		var missing []string
+		sel.render.params, missing = resolveParameters(sc.params, annotations)
+		if len(missing) > 0 {
+			msg := fmt.Sprintf("sidecar %q requires pod annotations that are missing: %s", sc.name, quoteList(missing))
+			if sc.onMissing == v1alpha1.MissingParametersSkip {
+				p.warnings = append(p.warnings, msg+"; not injected")
+			} else {
+				p.denials = append(p.denials, msg)
+			}
+			continue
+		}
+		if err := p.checkConflicts(sc, podVolume); err != nil {
+			p.denials = append(p.denials, fmt.Sprintf("sidecar %q: %v", sc.name, err))
+			continue
+		}
+		p.selected = append(p.selected, sel)
+	}
+	for _, name := range splitList(requested) {
+		if e.byName[name] == nil {
+			p.warnings = append(p.warnings, fmt.Sprintf("sidecar %q requested by annotation %s does not exist", name, v1alpha1.AnnotationInject))
+		}
+	}
+	if len(p.denials) > 0 || len(p.selected) == 0 {
+		return p
+	}
+	p.planAppMounts()
+	p.status = statusJSON(&existing, p.selected)
+	p.addLabel = pod.Metadata.Labels[v1alpha1.LabelInjected] != "true"
+	return p
+}
+
+func (e *Engine) existingContainer(pod *podView, sc *compiledSidecar) (string, bool) {
+	for _, list := range [][]renderedContainer{sc.initContainers, sc.containers} {
+		for _, c := range list {
+			if pod.hasContainer(c.name) {
+				return c.name, true
+			}
+		}
+	}
+	return "", false
+}
+
+// checkConflicts rejects a Sidecar whose names collide with the pod's or with
+// a Sidecar selected before it. A pod volume identical to the Sidecar's is reused.
+func (p *plan) checkConflicts(sc *compiledSidecar, podVolume func(string) (*corev1.Volume, error)) error {
+	for _, prev := range p.selected {
+		for _, list := range [][]renderedContainer{sc.initContainers, sc.containers} {
+			for _, c := range list {
+				if prev.sc.hasContainerName(c.name) {
+					return fmt.Errorf("container %q is also added by sidecar %q", c.name, prev.sc.name)
+				}
+			}
+		}
+		for _, v := range sc.volumeNames {
+			if prev.sc.hasVolume(v) {
+				return fmt.Errorf("volume %q is also added by sidecar %q", v, prev.sc.name)
+			}
+		}
+	}
+	for i, v := range sc.volumeNames {
+		if !p.pod.hasVolume(v) {
+			continue
+		}
+		same, err := sameVolume(sc.volumes[i], v, podVolume)
+		if err != nil {
+			return err
+		}
+		if !same {
+			return fmt.Errorf("volume %q conflicts with a different pod volume of the same name", v)
+		}
+	}
+	for _, m := range sc.appMounts {
+		if !sc.hasVolume(m.Name) && !p.pod.hasVolume(m.Name) {
+			return fmt.Errorf("appVolumeMounts: volume %q is defined neither by the sidecar nor by the pod", m.Name)
+		}
+		for _, c := range p.pod.Spec.Containers {
+			for _, have := range c.VolumeMounts {
+				if have.MountPath == m.MountPath && (have.Name != m.Name || have.SubPath != m.SubPath) {
+					return fmt.Errorf("container %q already mounts volume %q at %s, where the sidecar mounts %q", c.Name, have.Name, m.MountPath, m.Name)
+				}
+			}
+		}
+		for _, prev := range p.selected {
+			for _, pm := range prev.sc.appMounts {
+				if pm.MountPath == m.MountPath {
+					return fmt.Errorf("appVolumeMounts: %s is also mounted into app containers by sidecar %q", m.MountPath, prev.sc.name)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (c *compiledSidecar) hasContainerName(name string) bool {
+	for _, list := range [][]renderedContainer{c.initContainers, c.containers} {
+		for _, rc := range list {
+			if rc.name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func sameVolume(sidecarJSON []byte, name string, podVolume func(string) (*corev1.Volume, error)) (bool, error) {
+	have, err := podVolume(name)
+	if err != nil {
+		return false, fmt.Errorf("reading pod volume %q: %w", name, err)
+	}
+	var want corev1.Volume
+	if err := encjson.Unmarshal(sidecarJSON, &want); err != nil {
+		return false, err
+	}
+	return have != nil && equalJSON(have, &want), nil
+}
+
+func equalJSON(a, b any) bool {
+	ra, errA := encjson.Marshal(a)
+	rb, errB := encjson.Marshal(b)
+	return errA == nil && errB == nil && string(ra) == string(rb)
+}
+
+// planAppMounts decides which app mounts each of the pod's own containers gets;
+// a mount the container already has (same volume, path and subPath) is not added twice.
+func (p *plan) planAppMounts() {
+	for si, sel := range p.selected {
+		for mi, m := range sel.sc.appMounts {
+			for ci := range p.pod.Spec.Containers {
+				if hasMount(p.pod.Spec.Containers[ci].VolumeMounts, m) {
+					continue
+				}
+				if p.appMounts == nil {
+					p.appMounts = make([][]int, len(p.pod.Spec.Containers))
+				}
+				p.appMounts[ci] = append(p.appMounts[ci], len(p.mountsFrom))
+				p.mountsFrom = append(p.mountsFrom, mountSource{sel: si, index: mi})
+			}
+		}
+	}
+}
+
+func hasMount(mounts []mountView, m corev1.VolumeMount) bool {
+	for _, have := range mounts {
+		if have.Name == m.Name && have.MountPath == m.MountPath && have.SubPath == m.SubPath {
+			return true
+		}
+	}
+	return false
+}
+
+func resolveParameters(params []v1alpha1.Parameter, annotations map[string]string) (values, missing []string) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	values = make([]string, len(params))
+	for i, prm := range params {
+		if v, ok := annotations[prm.Annotation]; ok {
+			values[i] = v
+		} else if prm.Default != nil {
+			values[i] = *prm.Default
+		} else if prm.Required {
+			missing = append(missing, prm.Annotation)
+		}
+	}
+	return values, missing
+}
+
+func activated(annotations map[string]string, key string) bool {
+	if key == "" {
+		return false
+	}
+	v, ok := annotations[key]
+	if !ok {
+		return false
+	}
+	on, err := strconv.ParseBool(v)
+	return err == nil && on
+}
+
+func statusHas(s *v1alpha1.InjectionStatus, name string) bool {
+	return slices.ContainsFunc(s.Sidecars, func(r v1alpha1.InjectionRecord) bool { return r.Name == name })
+}
+
+// listHas reports whether a comma-separated list contains name, ignoring spaces.
+func listHas(list, name string) bool {
+	for list != "" {
+		var item string
+		item, list, _ = strings.Cut(list, ",")
+		if strings.TrimSpace(item) == name {
+			return true
+		}
+	}
+	return false
+}
+
+func splitList(list string) []string {
+	var out []string
+	for _, item := range strings.Split(list, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+func quoteList(items []string) string {
+	var b strings.Builder
+	for i, s := range items {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(s))
+	}
+	return b.String()
+}
+
+func statusJSON(existing *v1alpha1.InjectionStatus, selected []selection) []byte {
+	buf := make([]byte, 0, 64*(len(existing.Sidecars)+len(selected)))
+	buf = append(buf, `{"sidecars":[`...)
+	first := true
+	add := func(name, revision string) {
+		if !first {
+			buf = append(buf, ',')
+		}
+		first = false
+		buf = append(buf, `{"name":`...)
+		buf = appendJSONString(buf, name)
+		buf = append(buf, `,"revision":`...)
+		buf = appendJSONString(buf, revision)
+		buf = append(buf, '}')
+	}
+	for _, r := range existing.Sidecars {
+		add(r.Name, r.Revision)
+	}
+	for _, s := range selected {
+		add(s.sc.name, s.sc.revision)
+	}
+	return append(buf, "]}"...)
+}
+
+func (p *plan) records() []v1alpha1.InjectionRecord {
+	out := make([]v1alpha1.InjectionRecord, len(p.selected))
+	for i, s := range p.selected {
+		out[i] = v1alpha1.InjectionRecord{Name: s.sc.name, Revision: s.sc.revision}
+	}
+	return out
+}

@@ -1,0 +1,357 @@
+package inject
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func sidecar(name string, mutate func(*v1alpha1.SidecarSpec)) v1alpha1.Sidecar {
+	sc := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	sc.Spec.Containers = []corev1.Container{{Name: name, Image: "example/" + name + ":1"}}
+	if mutate != nil {
+		mutate(&sc.Spec)
+	}
+	return sc
+}
+
+func byLabel(key, value string) func(*v1alpha1.SidecarSpec) {
+	return func(s *v1alpha1.SidecarSpec) {
+		s.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{key: value}}
+	}
+}
+
+type podJSON map[string]any
+
+func pod(meta, spec map[string]any) []byte {
+	if spec == nil {
+		spec = map[string]any{"containers": []any{map[string]any{"name": "app", "image": "app:1"}}}
+	}
+	raw, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+	return raw
+}
+
+func containerNames(t *testing.T, mutated []byte) (inits, containers []string) {
+	t.Helper()
+	p, err := decodePod(mutated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Spec.InitContainers {
+		inits = append(inits, c.Name)
+	}
+	for _, c := range p.Spec.Containers {
+		containers = append(containers, c.Name)
+	}
+	return inits, containers
+}
+
+func TestSelection(t *testing.T) {
+	logger := sidecar("logger", byLabel("logging", "on"))
+	agent := sidecar("agent", func(s *v1alpha1.SidecarSpec) { s.Activation = &v1alpha1.Activation{Annotation: "agent/enable"} })
+	byNameOnly := sidecar("debug", nil)
+	inProd := sidecar("prod-only", func(s *v1alpha1.SidecarSpec) {
+		s.Selector = &metav1.LabelSelector{}
+		s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "prod"}}
+	})
+	e := mustEngine(t, logger, agent, byNameOnly, inProd)
+
+	cases := []struct {
+		name      string
+		ns        string
+		labels    map[string]any
+		ann       map[string]any
+		want      []string
+		wantWarn  string
+	}{
+		{name: "nothing matches", ns: "dev"},
+		{name: "label selector", ns: "dev", labels: map[string]any{"logging": "on"}, want: []string{"logger"}},
+		{name: "activation true", ns: "dev", ann: map[string]any{"agent/enable": "true"}, want: []string{"agent"}},
+		{name: "activation 1", ns: "dev", ann: map[string]any{"agent/enable": "1"}, want: []string{"agent"}},
+		{name: "activation false", ns: "dev", ann: map[string]any{"agent/enable": "false"}},
+		{name: "activation garbage", ns: "dev", ann: map[string]any{"agent/enable": "yes please"}},
+		{name: "by name", ns: "dev", ann: map[string]any{v1alpha1.AnnotationInject: " debug , agent"}, want: []string{"agent", "debug"}},
+		{name: "unknown name warns", ns: "dev", ann: map[string]any{v1alpha1.AnnotationInject: "nope"}, wantWarn: `sidecar "nope" requested`},
+		{name: "skip by name", ns: "dev", labels: map[string]any{"logging": "on"}, ann: map[string]any{v1alpha1.AnnotationSkip: "other,logger"}},
+		{name: "skip all", ns: "dev", ann: map[string]any{v1alpha1.AnnotationInject: "debug", v1alpha1.AnnotationSkip: "*"}},
+		{name: "namespace selector matches", ns: "prod", want: []string{"prod-only"}},
+		{name: "order is by name", ns: "prod", labels: map[string]any{"logging": "on"}, ann: map[string]any{"agent/enable": "true"}, want: []string{"agent", "logger", "prod-only"}},
+		{name: "mirror pods are left alone", ns: "prod", ann: map[string]any{"kubernetes.io/config.mirror": "x"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			meta := map[string]any{"name": "p"}
+			if tc.labels != nil {
+				meta["labels"] = tc.labels
+			}
+			if tc.ann != nil {
+				meta["annotations"] = tc.ann
+			}
+			res, mutated := checkBothPaths(t, e, pod(meta, nil), tc.ns)
+			var got []string
+			for _, r := range res.Injected {
+				got = append(got, r.Name)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("injected %v, want %v", got, tc.want)
+			}
+			if tc.wantWarn != "" && !strings.Contains(strings.Join(res.Warnings, "\n"), tc.wantWarn) {
+				t.Fatalf("warnings %q lack %q", res.Warnings, tc.wantWarn)
+			}
+			if len(tc.want) == 0 {
+				if res.Patch != nil {
+					t.Fatalf("unexpected patch %s", res.Patch)
+				}
+				return
+			}
+			_, containers := containerNames(t, mutated)
+			if containers[0] != "app" || strings.Join(containers[1:], ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("containers %v", containers)
+			}
+		})
+	}
+}
+
+func TestParameters(t *testing.T) {
+	params := func(policy v1alpha1.MissingParametersPolicy) func(*v1alpha1.SidecarSpec) {
+		return func(s *v1alpha1.SidecarSpec) {
+			s.Activation = &v1alpha1.Activation{Annotation: "a/enable"}
+			s.OnMissingParameters = policy
+			s.Parameters = []v1alpha1.Parameter{
+				{Name: "addr", Annotation: "a/addr", Required: true},
+				{Name: "job", Annotation: "a/job", Required: true},
+				{Name: "level", Annotation: "a/level", Default: ptr.To("info")},
+			}
+			s.Containers[0].Args = []string{"--addr={{ .Parameters.addr }}", "--job={{.Parameters.job}}", "{{ .Parameters.level }}"}
+			s.Containers[0].Env = []corev1.EnvVar{{Name: "NS", Value: "ns={{ .Pod.Namespace }}"}, {Name: "UP", Value: `{{ .Parameters.job | printf "%q" }}`}}
+		}
+	}
+	t.Run("rendered, with default", func(t *testing.T) {
+		e := mustEngine(t, sidecar("agent", params("")))
+		_, mutated := checkBothPaths(t, e, pod(map[string]any{"annotations": map[string]any{"a/enable": "true", "a/addr": `http://x"y`, "a/job": "j"}}, nil), "shop")
+		p, _ := decodePod(mutated)
+		c := p.Spec.Containers[1]
+		if got := strings.Join(c.Args, " "); got != `--addr=http://x"y --job=j info` {
+			t.Fatalf("args %q", got)
+		}
+		if c.Env[0].Value != "ns=shop" || c.Env[1].Value != `"j"` {
+			t.Fatalf("env %+v", c.Env)
+		}
+	})
+	t.Run("reject names every missing annotation", func(t *testing.T) {
+		e := mustEngine(t, sidecar("agent", params(v1alpha1.MissingParametersReject)))
+		res, _ := checkBothPaths(t, e, pod(map[string]any{"annotations": map[string]any{"a/enable": "true"}}, nil), "shop")
+		if !strings.Contains(res.Denial, `"a/addr", "a/job"`) || !strings.Contains(res.Denial, `sidecar "agent"`) {
+			t.Fatalf("denial %q", res.Denial)
+		}
+	})
+	t.Run("skip admits with a warning", func(t *testing.T) {
+		e := mustEngine(t, sidecar("agent", params(v1alpha1.MissingParametersSkip)))
+		res, _ := checkBothPaths(t, e, pod(map[string]any{"annotations": map[string]any{"a/enable": "true", "a/job": "j"}}, nil), "shop")
+		if res.Patch != nil || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], `"a/addr"`) {
+			t.Fatalf("patch %s warnings %q", res.Patch, res.Warnings)
+		}
+	})
+}
+
+func TestPodShapes(t *testing.T) {
+	full := sidecar("full", func(s *v1alpha1.SidecarSpec) {
+		s.Selector = &metav1.LabelSelector{}
+		s.InitContainers = []corev1.Container{{Name: "setup", Image: "setup:1"}}
+		s.Volumes = []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		s.AppVolumeMounts = []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
+	})
+	native := full.DeepCopy()
+	native.Spec.NativeSidecar = true
+	e := mustEngine(t, full)
+
+	t.Run("no volumes, annotations or labels", func(t *testing.T) {
+		_, mutated := checkBothPaths(t, e, pod(map[string]any{"name": "bare"}, nil), "ns")
+		p, _ := decodePod(mutated)
+		if len(p.Spec.Volumes) != 1 || p.Labels[v1alpha1.LabelInjected] != "true" || p.Annotations[v1alpha1.AnnotationStatus] == "" {
+			t.Fatalf("pod %+v", p)
+		}
+		if len(p.Spec.Containers[0].VolumeMounts) != 1 {
+			t.Fatalf("app mount missing: %+v", p.Spec.Containers[0])
+		}
+	})
+	t.Run("keys with slash and tilde survive", func(t *testing.T) {
+		ann := map[string]any{"a/b": "1", "c~d": "2", "e~1f/g~0": "3"}
+		lbl := map[string]any{"x.io/y": "z"}
+		_, mutated := checkBothPaths(t, e, pod(map[string]any{"annotations": ann, "labels": lbl}, nil), "ns")
+		p, _ := decodePod(mutated)
+		for k, v := range ann {
+			if p.Annotations[k] != v {
+				t.Fatalf("annotation %q lost: %v", k, p.Annotations)
+			}
+		}
+		if p.Labels["x.io/y"] != "z" || len(p.Annotations) != 4 {
+			t.Fatalf("labels %v annotations %v", p.Labels, p.Annotations)
+		}
+	})
+	t.Run("init containers go first, native sidecars with restartPolicy Always", func(t *testing.T) {
+		spec := map[string]any{
+			"initContainers": []any{map[string]any{"name": "own-init", "image": "i:1"}},
+			"containers":     []any{map[string]any{"name": "app", "image": "app:1", "volumeMounts": []any{map[string]any{"name": "x", "mountPath": "/x"}}}},
+			"volumes":        []any{map[string]any{"name": "x", "emptyDir": map[string]any{}}},
+		}
+		_, mutated := checkBothPaths(t, mustEngine(t, *native), pod(map[string]any{}, spec), "ns")
+		inits, containers := containerNames(t, mutated)
+		if strings.Join(inits, ",") != "setup,full,own-init" || strings.Join(containers, ",") != "app" {
+			t.Fatalf("inits %v containers %v", inits, containers)
+		}
+		p, _ := decodePod(mutated)
+		if p.Spec.InitContainers[1].RestartPolicy == nil || *p.Spec.InitContainers[1].RestartPolicy != corev1.ContainerRestartPolicyAlways {
+			t.Fatalf("native sidecar lacks restartPolicy Always")
+		}
+		if len(p.Spec.Containers[0].VolumeMounts) != 2 || len(p.Spec.Volumes) != 2 {
+			t.Fatalf("mounts %v volumes %v", p.Spec.Containers[0].VolumeMounts, p.Spec.Volumes)
+		}
+	})
+	t.Run("existing container with the sidecar's name: left alone with a warning", func(t *testing.T) {
+		spec := map[string]any{"containers": []any{map[string]any{"name": "full", "image": "mine:1"}}}
+		res, _ := checkBothPaths(t, e, pod(map[string]any{}, spec), "ns")
+		if res.Patch != nil || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], `already has a container named "full"`) {
+			t.Fatalf("patch %s warnings %q", res.Patch, res.Warnings)
+		}
+	})
+	t.Run("identical pod volume is reused", func(t *testing.T) {
+		spec := map[string]any{
+			"containers": []any{map[string]any{"name": "app", "image": "app:1", "volumeMounts": []any{map[string]any{"name": "shared", "mountPath": "/shared"}}}},
+			"volumes":    []any{map[string]any{"name": "shared", "emptyDir": map[string]any{}}},
+		}
+		_, mutated := checkBothPaths(t, e, pod(map[string]any{}, spec), "ns")
+		p, _ := decodePod(mutated)
+		if len(p.Spec.Volumes) != 1 || len(p.Spec.Containers[0].VolumeMounts) != 1 {
+			t.Fatalf("volumes %v mounts %v", p.Spec.Volumes, p.Spec.Containers[0].VolumeMounts)
+		}
+	})
+}
+
+func TestConflictsAreDenied(t *testing.T) {
+	full := sidecar("full", func(s *v1alpha1.SidecarSpec) {
+		s.Selector = &metav1.LabelSelector{}
+		s.Volumes = []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		s.AppVolumeMounts = []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
+	})
+	twin := sidecar("twin", func(s *v1alpha1.SidecarSpec) {
+		s.Selector = &metav1.LabelSelector{}
+		s.Containers[0].Name = "full"
+	})
+	cases := []struct {
+		name string
+		scs  []v1alpha1.Sidecar
+		spec map[string]any
+		want string
+	}{
+		{
+			name: "different pod volume of the same name",
+			scs:  []v1alpha1.Sidecar{full},
+			spec: map[string]any{"containers": []any{map[string]any{"name": "app"}}, "volumes": []any{map[string]any{"name": "shared", "hostPath": map[string]any{"path": "/tmp"}}}},
+			want: `sidecar "full": volume "shared" conflicts with a different pod volume`,
+		},
+		{
+			name: "app container already mounts the path",
+			scs:  []v1alpha1.Sidecar{full},
+			spec: map[string]any{"containers": []any{map[string]any{"name": "app", "volumeMounts": []any{map[string]any{"name": "data", "mountPath": "/shared"}}}}, "volumes": []any{map[string]any{"name": "data", "emptyDir": map[string]any{}}}},
+			want: `container "app" already mounts volume "data" at /shared`,
+		},
+		{
+			name: "two sidecars add the same container",
+			scs:  []v1alpha1.Sidecar{full, twin},
+			want: `sidecar "twin": container "full" is also added by sidecar "full"`,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, _ := checkBothPaths(t, mustEngine(t, tc.scs...), pod(map[string]any{}, tc.spec), "ns")
+			if !strings.Contains(res.Denial, tc.want) {
+				t.Fatalf("denial %q, want %q", res.Denial, tc.want)
+			}
+		})
+	}
+	t.Run("forged status annotation", func(t *testing.T) {
+		res, _ := checkBothPaths(t, mustEngine(t, full), pod(map[string]any{"annotations": map[string]any{v1alpha1.AnnotationStatus: "{"}}, nil), "ns")
+		if !strings.Contains(res.Denial, v1alpha1.AnnotationStatus) {
+			t.Fatalf("denial %q", res.Denial)
+		}
+	})
+}
+
+func TestCompileErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name string
+		sc   v1alpha1.Sidecar
+		want string
+	}{
+		{"undefined parameter", sidecar("a", func(s *v1alpha1.SidecarSpec) { s.Containers[0].Image = "x:{{ .Parameters.tag }}" }),
+			`spec.containers[0]/image: template "x:{{ .Parameters.tag }}": refers to undefined parameter "tag"`},
+		{"template does not parse", sidecar("a", func(s *v1alpha1.SidecarSpec) { s.Containers[0].Args = []string{"{{ .Pod.Namespace"} }),
+			`spec.containers[0]/args/0`},
+		{"unknown pod field", sidecar("a", func(s *v1alpha1.SidecarSpec) { s.Containers[0].Image = "{{ .Pod.Uid }}" }),
+			`can't evaluate field Uid`},
+		{"duplicate container", sidecar("a", func(s *v1alpha1.SidecarSpec) { s.InitContainers = []corev1.Container{{Name: "a"}} }),
+			`spec.containers[0].name: container name "a" is also used by spec.initContainers[0]`},
+		{"bad selector", sidecar("a", func(s *v1alpha1.SidecarSpec) {
+			s.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Nope"}}}
+		}), `spec.selector:`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := New([]v1alpha1.Sidecar{tc.sc})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			if len(e.Names()) != 0 {
+				t.Fatalf("a broken sidecar was kept: %v", e.Names())
+			}
+		})
+	}
+}
+
+// TestGolden pins what the two examples do to the realistic pod.
+func TestGolden(t *testing.T) {
+	examples := exampleSidecars(t)
+	raw := reviewPod(t, "admissionreview-pod.json")
+	for _, sc := range examples {
+		t.Run(sc.Name, func(t *testing.T) {
+			_, mutated := checkBothPaths(t, mustEngine(t, sc), raw, "shop")
+			compareGolden(t, filepath.Join("testdata", "golden", sc.Name+".yaml"), mutated)
+		})
+	}
+}
+
+func compareGolden(t *testing.T, path string, podJSON []byte) {
+	t.Helper()
+	got, err := yaml.JSONToYAML(podJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("%s differs; run go test ./internal/inject -update and review the diff.\ngot:\n%s", path, got)
+	}
+}

@@ -1,0 +1,85 @@
+package inject
+
+import (
+	encjson "encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Inject injects into a typed Pod and returns the mutated Pod and the patch.
+// namespace is used when the pod has none, as in an admission request.
+func (e *Engine) Inject(pod *corev1.Pod, namespace string, nsLabels NamespaceLabelsFunc) (*Result, error) {
+	view := viewOfPod(pod)
+	p := e.planFor(view, namespace, nsLabels, func(name string) (*corev1.Volume, error) {
+		for i := range pod.Spec.Volumes {
+			if pod.Spec.Volumes[i].Name == name {
+				return &pod.Spec.Volumes[i], nil
+			}
+		}
+		return nil, nil
+	})
+	res, err := p.result(nil)
+	if err != nil || res.Denial != "" {
+		return res, err
+	}
+	if res.Patch == nil {
+		res.Pod = pod.DeepCopy()
+		return res, nil
+	}
+	res.Pod, err = p.mutate(pod)
+	return res, err
+}
+
+// InjectJSON injects into a pod given as JSON, reading only what it needs.
+// The patch is appended to buf, which the caller may reuse after it is done
+// with the Result.
+func (e *Engine) InjectJSON(raw []byte, namespace string, nsLabels NamespaceLabelsFunc, buf []byte) (*Result, error) {
+	var view podView
+	if err := decodePodView(raw, &view); err != nil {
+		return nil, fmt.Errorf("decoding pod: %w", err)
+	}
+	return e.injectView(&view, raw, namespace, nsLabels, buf)
+}
+
+func (e *Engine) injectView(view *podView, raw []byte, namespace string, nsLabels NamespaceLabelsFunc, buf []byte) (*Result, error) {
+	p := e.planFor(view, namespace, nsLabels, func(name string) (*corev1.Volume, error) {
+		var pod struct {
+			Spec struct {
+				Volumes []corev1.Volume `json:"volumes"`
+			} `json:"spec"`
+		}
+		if err := encjson.Unmarshal(raw, &pod); err != nil {
+			return nil, err
+		}
+		for i := range pod.Spec.Volumes {
+			if pod.Spec.Volumes[i].Name == name {
+				return &pod.Spec.Volumes[i], nil
+			}
+		}
+		return nil, nil
+	})
+	return p.result(buf)
+}
+
+func (p *plan) result(buf []byte) (*Result, error) {
+	res := &Result{Warnings: p.warnings}
+	if len(p.denials) > 0 {
+		res.Denial = strings.Join(p.denials, "; ")
+		return res, nil
+	}
+	if len(p.selected) == 0 {
+		return res, nil
+	}
+	patch, err := p.writePatch(buf)
+	if err != nil {
+		// Only a fallback template that fails at run time gets here.
+		res.Denial = "rendering " + err.Error()
+		return res, nil
+	}
+	res.Patch = patch
+	res.Injected = p.records()
+	return res, nil
+}
+

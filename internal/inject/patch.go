@@ -1,0 +1,283 @@
+package inject
+
+import (
+	encjson "encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+// patchWriter appends RFC 6902 operations to a JSON array.
+type patchWriter struct {
+	buf []byte
+	ops int
+}
+
+// add starts an "add" operation at path; the caller appends the value and calls end.
+func (w *patchWriter) add(path string) {
+	if w.ops == 0 {
+		w.buf = append(w.buf, '[')
+	} else {
+		w.buf = append(w.buf, ',')
+	}
+	w.ops++
+	w.buf = append(w.buf, `{"op":"add","path":`...)
+	w.buf = appendJSONString(w.buf, path)
+	w.buf = append(w.buf, `,"value":`...)
+}
+
+func (w *patchWriter) end() { w.buf = append(w.buf, '}') }
+
+func (w *patchWriter) addRaw(path string, value []byte) {
+	w.add(path)
+	w.buf = append(w.buf, value...)
+	w.end()
+}
+
+func (w *patchWriter) finish() []byte {
+	if w.ops == 0 {
+		return nil
+	}
+	return append(w.buf, ']')
+}
+
+// escapePointer escapes one JSON Pointer token (RFC 6901): "~" then "/".
+func escapePointer(s string) string {
+	if !strings.ContainsAny(s, "~/") {
+		return s
+	}
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}
+
+// appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
+func appendJSONString(dst []byte, s string) []byte {
+	out, err := jsontext.AppendQuote(dst, s)
+	if err == nil {
+		return out
+	}
+	raw, _ := encjson.Marshal(s)
+	return append(dst, raw...)
+}
+
+var (
+	statusPath = "/metadata/annotations/" + escapePointer(v1alpha1.AnnotationStatus)
+	labelPath  = "/metadata/labels/" + escapePointer(v1alpha1.LabelInjected)
+)
+
+// writePatch renders the plan as a JSON Patch into buf.
+func (p *plan) writePatch(buf []byte) ([]byte, error) {
+	w := patchWriter{buf: buf}
+	if p.pod.Metadata.Annotations == nil {
+		w.add("/metadata/annotations")
+		w.buf = append(w.buf, `{"`+v1alpha1.AnnotationStatus+`":`...)
+		w.buf = appendJSONString(w.buf, string(p.status))
+		w.buf = append(w.buf, '}')
+		w.end()
+	} else {
+		w.add(statusPath)
+		w.buf = appendJSONString(w.buf, string(p.status))
+		w.end()
+	}
+	if p.addLabel {
+		if p.pod.Metadata.Labels == nil {
+			w.addRaw("/metadata/labels", []byte(`{"`+v1alpha1.LabelInjected+`":"true"}`))
+		} else {
+			w.addRaw(labelPath, []byte(`"true"`))
+		}
+	}
+
+	// Init containers go before the pod's own, in Sidecar order.
+	var err error
+	if p.pod.Spec.InitContainers == nil {
+		err = p.writeArray(&w, "/spec/initContainers", func(s *selection) []renderedContainer { return s.sc.initContainers })
+	} else {
+		at := 0
+		for i := range p.selected {
+			s := &p.selected[i]
+			for _, c := range s.sc.initContainers {
+				w.add("/spec/initContainers/" + strconv.Itoa(at))
+				if w.buf, err = s.appendContainer(w.buf, c); err != nil {
+					return nil, err
+				}
+				w.end()
+				at++
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	for ci, mounts := range p.appMounts {
+		if len(mounts) == 0 {
+			continue
+		}
+		base := "/spec/containers/" + strconv.Itoa(ci) + "/volumeMounts"
+		if p.pod.Spec.Containers[ci].VolumeMounts == nil {
+			w.add(base)
+			w.buf = append(w.buf, '[')
+			for k, m := range mounts {
+				if k > 0 {
+					w.buf = append(w.buf, ',')
+				}
+				w.buf = append(w.buf, p.mountJSON(m)...)
+			}
+			w.buf = append(w.buf, ']')
+			w.end()
+			continue
+		}
+		for _, m := range mounts {
+			w.addRaw(base+"/-", p.mountJSON(m))
+		}
+	}
+
+	if p.pod.Spec.Containers == nil {
+		err = p.writeArray(&w, "/spec/containers", func(s *selection) []renderedContainer { return s.sc.containers })
+	} else {
+		for i := range p.selected {
+			s := &p.selected[i]
+			for _, c := range s.sc.containers {
+				w.add("/spec/containers/-")
+				if w.buf, err = s.appendContainer(w.buf, c); err != nil {
+					return nil, err
+				}
+				w.end()
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	newVolumes := p.pod.Spec.Volumes == nil
+	first := true
+	for _, s := range p.selected {
+		for vi, name := range s.sc.volumeNames {
+			if p.pod.hasVolume(name) {
+				continue
+			}
+			switch {
+			case !newVolumes:
+				w.addRaw("/spec/volumes/-", s.sc.volumes[vi])
+				continue
+			case first:
+				w.add("/spec/volumes")
+				w.buf = append(w.buf, '[')
+				first = false
+			default:
+				w.buf = append(w.buf, ',')
+			}
+			w.buf = append(w.buf, s.sc.volumes[vi]...)
+		}
+	}
+	if newVolumes && !first {
+		w.buf = append(w.buf, ']')
+		w.end()
+	}
+	return w.finish(), nil
+}
+
+// writeArray adds a whole array at path, made of each selection's containers.
+func (p *plan) writeArray(w *patchWriter, path string, list func(*selection) []renderedContainer) error {
+	opened := false
+	for i := range p.selected {
+		s := &p.selected[i]
+		for _, c := range list(s) {
+			if !opened {
+				w.add(path)
+				w.buf = append(w.buf, '[')
+				opened = true
+			} else {
+				w.buf = append(w.buf, ',')
+			}
+			var err error
+			if w.buf, err = s.appendContainer(w.buf, c); err != nil {
+				return err
+			}
+		}
+	}
+	if opened {
+		w.buf = append(w.buf, ']')
+		w.end()
+	}
+	return nil
+}
+
+func (p *plan) mountJSON(m int) []byte {
+	src := p.mountsFrom[m]
+	return p.selected[src.sel].sc.appMountsJSON[src.index]
+}
+
+// mutate applies the plan to a copy of pod and returns it.
+func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
+	out := pod.DeepCopy()
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[v1alpha1.AnnotationStatus] = string(p.status)
+	if p.addLabel {
+		if out.Labels == nil {
+			out.Labels = map[string]string{}
+		}
+		out.Labels[v1alpha1.LabelInjected] = "true"
+	}
+	var inits, containers []corev1.Container
+	var volumes []corev1.Volume
+	var scratch []byte
+	for i := range p.selected {
+		s := &p.selected[i]
+		for _, group := range []struct {
+			from []renderedContainer
+			to   *[]corev1.Container
+		}{{s.sc.initContainers, &inits}, {s.sc.containers, &containers}} {
+			for _, c := range group.from {
+				var err error
+				if scratch, err = s.appendContainer(scratch[:0], c); err != nil {
+					return nil, err
+				}
+				var ct corev1.Container
+				if err := encjson.Unmarshal(scratch, &ct); err != nil {
+					return nil, err
+				}
+				*group.to = append(*group.to, ct)
+			}
+		}
+		for vi, name := range s.sc.volumeNames {
+			if p.pod.hasVolume(name) {
+				continue
+			}
+			var v corev1.Volume
+			if err := encjson.Unmarshal(s.sc.volumes[vi], &v); err != nil {
+				return nil, err
+			}
+			volumes = append(volumes, v)
+		}
+	}
+	for ci, mounts := range p.appMounts {
+		for _, m := range mounts {
+			src := p.mountsFrom[m]
+			out.Spec.Containers[ci].VolumeMounts = append(out.Spec.Containers[ci].VolumeMounts, p.selected[src.sel].sc.appMounts[src.index])
+		}
+	}
+	if len(inits) > 0 {
+		out.Spec.InitContainers = append(inits, out.Spec.InitContainers...)
+	}
+	out.Spec.Containers = append(out.Spec.Containers, containers...)
+	out.Spec.Volumes = append(out.Spec.Volumes, volumes...)
+	return out, nil
+}
+
+
+// appendContainer renders one container of the selection as JSON.
+func (s *selection) appendContainer(dst []byte, c renderedContainer) ([]byte, error) {
+	out, err := c.json.appendTo(dst, &s.render)
+	if err != nil {
+		return out, fmt.Errorf("sidecar %q, container %q: %w", s.sc.name, c.name, err)
+	}
+	return out, nil
+}
