@@ -87,14 +87,16 @@ type selection struct {
 
 // plan is everything decided about a pod; both renderers follow it.
 type plan struct {
-	pod        *podView
-	selected   []selection
-	status     []byte // new status annotation value; nil when unchanged
-	addLabel   bool
-	appMounts  [][]int // per pod container: indexes into the flattened app mounts
-	mountsFrom []mountSource
-	denials    []string
-	warnings   []string
+	pod      *PodView
+	selected []selection
+	status   []byte // new status annotation value; nil when unchanged
+	addLabel bool
+	// addMetadata is set for a pod without metadata: the patch creates it first.
+	addMetadata bool
+	appMounts   [][]int // per pod container: indexes into the flattened app mounts
+	mountsFrom  []mountSource
+	denials     []string
+	warnings    []string
 }
 
 type mountSource struct {
@@ -104,8 +106,12 @@ type mountSource struct {
 
 // planFor decides what to inject. podVolume returns a volume of the pod by
 // name, for comparing a Sidecar volume with a pod volume of the same name.
-func (e *Engine) planFor(pod *podView, namespace string, nsLabels NamespaceLabelsFunc, podVolume func(string) (*corev1.Volume, error)) *plan {
+func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolume func(string) (*corev1.Volume, error)) *plan {
 	p := &plan{pod: pod}
+	if pod.Metadata == nil {
+		pod.Metadata = &MetadataView{}
+		p.addMetadata = true
+	}
 	annotations := pod.Metadata.Annotations
 	if _, mirror := annotations[annotationMirror]; mirror || len(e.sidecars) == 0 {
 		return p
@@ -187,7 +193,7 @@ func (e *Engine) planFor(pod *podView, namespace string, nsLabels NamespaceLabel
 	return p
 }
 
-func (e *Engine) existingContainer(pod *podView, sc *compiledSidecar) (string, bool) {
+func (e *Engine) existingContainer(pod *PodView, sc *compiledSidecar) (string, bool) {
 	for _, list := range [][]renderedContainer{sc.initContainers, sc.containers} {
 		for _, c := range list {
 			if pod.hasContainer(c.name) {

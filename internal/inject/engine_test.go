@@ -69,12 +69,12 @@ func TestSelection(t *testing.T) {
 	e := mustEngine(t, logger, agent, byNameOnly, inProd)
 
 	cases := []struct {
-		name      string
-		ns        string
-		labels    map[string]any
-		ann       map[string]any
-		want      []string
-		wantWarn  string
+		name     string
+		ns       string
+		labels   map[string]any
+		ann      map[string]any
+		want     []string
+		wantWarn string
 	}{
 		{name: "nothing matches", ns: "dev"},
 		{name: "label selector", ns: "dev", labels: map[string]any{"logging": "on"}, want: []string{"logger"}},

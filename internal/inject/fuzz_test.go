@@ -17,8 +17,8 @@ func FuzzInjectJSON(f *testing.F) {
 		if _, err := decodePod(raw); err != nil {
 			t.Skip()
 		}
-		var view podView
-		if err := decodePodView(raw, &view); err != nil {
+		var view PodView
+		if err := DecodePodView(raw, &view); err != nil {
 			t.Skip() // stricter than the apiserver: duplicate keys, invalid UTF-8
 		}
 		checkBothPaths(t, e, raw, "fuzz")

@@ -36,26 +36,36 @@ func (e *Engine) Inject(pod *corev1.Pod, namespace string, nsLabels NamespaceLab
 // The patch is appended to buf, which the caller may reuse after it is done
 // with the Result.
 func (e *Engine) InjectJSON(raw []byte, namespace string, nsLabels NamespaceLabelsFunc, buf []byte) (*Result, error) {
-	var view podView
-	if err := decodePodView(raw, &view); err != nil {
+	var view PodView
+	if err := DecodePodView(raw, &view); err != nil {
 		return nil, fmt.Errorf("decoding pod: %w", err)
 	}
-	return e.injectView(&view, raw, namespace, nsLabels, buf)
-}
-
-func (e *Engine) injectView(view *podView, raw []byte, namespace string, nsLabels NamespaceLabelsFunc, buf []byte) (*Result, error) {
-	p := e.planFor(view, namespace, nsLabels, func(name string) (*corev1.Volume, error) {
+	return e.InjectView(&view, namespace, nsLabels, func() ([]corev1.Volume, error) {
 		var pod struct {
 			Spec struct {
 				Volumes []corev1.Volume `json:"volumes"`
 			} `json:"spec"`
 		}
-		if err := encjson.Unmarshal(raw, &pod); err != nil {
+		err := encjson.Unmarshal(raw, &pod)
+		return pod.Spec.Volumes, err
+	}, buf)
+}
+
+// PodVolumesFunc decodes the pod's volumes in full. The engine calls it only
+// when a Sidecar volume has the name of a pod volume, to compare the two.
+type PodVolumesFunc func() ([]corev1.Volume, error)
+
+// InjectView is InjectJSON for a caller that decoded the PodView itself, for
+// example as part of an AdmissionReview.
+func (e *Engine) InjectView(view *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolumes PodVolumesFunc, buf []byte) (*Result, error) {
+	p := e.planFor(view, namespace, nsLabels, func(name string) (*corev1.Volume, error) {
+		volumes, err := podVolumes()
+		if err != nil {
 			return nil, err
 		}
-		for i := range pod.Spec.Volumes {
-			if pod.Spec.Volumes[i].Name == name {
-				return &pod.Spec.Volumes[i], nil
+		for i := range volumes {
+			if volumes[i].Name == name {
+				return &volumes[i], nil
 			}
 		}
 		return nil, nil
@@ -82,4 +92,3 @@ func (p *plan) result(buf []byte) (*Result, error) {
 	res.Injected = p.records()
 	return res, nil
 }
-

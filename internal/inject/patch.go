@@ -72,6 +72,9 @@ var (
 // writePatch renders the plan as a JSON Patch into buf.
 func (p *plan) writePatch(buf []byte) ([]byte, error) {
 	w := patchWriter{buf: buf}
+	if p.addMetadata {
+		w.addRaw("/metadata", []byte("{}"))
+	}
 	if p.pod.Metadata.Annotations == nil {
 		w.add("/metadata/annotations")
 		w.buf = append(w.buf, `{"`+v1alpha1.AnnotationStatus+`":`...)
@@ -271,7 +274,6 @@ func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
 	out.Spec.Volumes = append(out.Spec.Volumes, volumes...)
 	return out, nil
 }
-
 
 // appendContainer renders one container of the selection as JSON.
 func (s *selection) appendContainer(dst []byte, c renderedContainer) ([]byte, error) {

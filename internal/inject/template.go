@@ -190,7 +190,7 @@ func (t *stringTemplate) appendQuoted(dst []byte, data *renderData) ([]byte, err
 type renderData struct {
 	params []string // indexed like compiledSidecar.paramIndex
 	index  map[string]int
-	pod    *podView
+	pod    *PodView
 	ns     string
 }
 

@@ -5,21 +5,27 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// podView is the part of a Pod the engine reads. Nil maps and slices mean the
-// field is absent (or null) in the pod, which changes the patch operation used.
-type podView struct {
-	Metadata struct {
-		Name         string            `json:"name"`
-		GenerateName string            `json:"generateName"`
-		Namespace    string            `json:"namespace"`
-		Labels       map[string]string `json:"labels"`
-		Annotations  map[string]string `json:"annotations"`
-	} `json:"metadata"`
-	Spec struct {
+// PodView is the part of a Pod the engine reads, decoded straight from the
+// pod's JSON with encoding/json/v2 semantics (github.com/go-json-experiment/json).
+// Nil maps and slices mean the field is absent or null in the pod, which
+// changes the patch operation used.
+type PodView struct {
+	// Metadata is nil when the pod has no metadata at all.
+	Metadata *MetadataView `json:"metadata"`
+	Spec     struct {
 		Containers     []containerView `json:"containers"`
 		InitContainers []containerView `json:"initContainers"`
 		Volumes        []namedView     `json:"volumes"`
 	} `json:"spec"`
+}
+
+// MetadataView is the part of a pod's metadata the engine reads.
+type MetadataView struct {
+	Name         string            `json:"name"`
+	GenerateName string            `json:"generateName"`
+	Namespace    string            `json:"namespace"`
+	Labels       map[string]string `json:"labels"`
+	Annotations  map[string]string `json:"annotations"`
 }
 
 type containerView struct {
@@ -37,13 +43,14 @@ type namedView struct {
 	Name string `json:"name"`
 }
 
-func decodePodView(raw []byte, v *podView) error {
+// DecodePodView decodes the fields the engine needs from pod JSON.
+func DecodePodView(raw []byte, v *PodView) error {
 	return json.Unmarshal(raw, v)
 }
 
 // viewOfPod builds the view of a typed Pod, keeping nil-versus-empty as JSON would.
-func viewOfPod(pod *corev1.Pod) *podView {
-	v := &podView{}
+func viewOfPod(pod *corev1.Pod) *PodView {
+	v := &PodView{Metadata: &MetadataView{}}
 	v.Metadata.Name = pod.Name
 	v.Metadata.GenerateName = pod.GenerateName
 	v.Metadata.Namespace = pod.Namespace
@@ -77,7 +84,7 @@ func containerViews(cs []corev1.Container) []containerView {
 	return out
 }
 
-func (v *podView) hasContainer(name string) bool {
+func (v *PodView) hasContainer(name string) bool {
 	for i := range v.Spec.Containers {
 		if v.Spec.Containers[i].Name == name {
 			return true
@@ -91,7 +98,7 @@ func (v *podView) hasContainer(name string) bool {
 	return false
 }
 
-func (v *podView) hasVolume(name string) bool {
+func (v *PodView) hasVolume(name string) bool {
 	for i := range v.Spec.Volumes {
 		if v.Spec.Volumes[i].Name == name {
 			return true

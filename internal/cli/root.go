@@ -1,0 +1,29 @@
+// Package cli defines the sidecar-operator command line.
+package cli
+
+import (
+	"flag"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+// NewRootCommand returns the sidecar-operator command with its subcommands.
+func NewRootCommand() *cobra.Command {
+	zapOpts := zap.Options{}
+	root := &cobra.Command{
+		Use:           "sidecar-operator",
+		Short:         "Inject sidecars into pods declaratively, with the RBAC they need",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRun: func(*cobra.Command, []string) {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+		},
+	}
+	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
+	zapOpts.BindFlags(goFlags)
+	root.PersistentFlags().AddGoFlagSet(goFlags)
+	root.AddCommand(newRunCommand(), newServeCommand(), newInjectCommand())
+	return root
+}

@@ -1,0 +1,10 @@
+package operator
+
+import "os"
+
+func readOptional(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	return os.ReadFile(path)
+}

@@ -1,0 +1,196 @@
+package operator
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/certs"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
+)
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+
+// Options configure the manager started by `sidecar-operator run`.
+type Options struct {
+	// WebhookAddr is where the webhook listens.
+	WebhookAddr string
+	// TLSCertFile and TLSKeyFile serve the webhook; when both are empty a
+	// throwaway CA and serving certificate are generated for WebhookHosts.
+	TLSCertFile, TLSKeyFile string
+	// CAFile is the caBundle registered with given certificates.
+	CAFile string
+	// WebhookHosts are the serving certificate's names when one is generated.
+	WebhookHosts []string
+	// WebhookConfigName names the MutatingWebhookConfiguration kept in step.
+	WebhookConfigName string
+	// Target is how the apiserver reaches the webhook.
+	Target WebhookTarget
+	// FailurePolicy of the registered webhook.
+	FailurePolicy admissionv1.FailurePolicyType
+	// Namespace the operator runs in, excluded from injection; empty outside a cluster.
+	Namespace string
+	// MetricsAddr serves Prometheus metrics; "0" disables it.
+	MetricsAddr string
+	// Listening, when set, receives the webhook's bound address.
+	Listening func(net.Addr)
+}
+
+// Scheme holds every type the manager reads.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+var namespaceMeta = func() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	return m
+}
+
+// Run starts the manager and blocks until ctx is done.
+func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
+	log := ctrl.Log.WithName("operator")
+	tlsConfig, caBundle, err := servingTLS(opts)
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress: "0", // the webhook server serves /healthz and /readyz
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Namespace labels are read on the hot path: no copy per read.
+			namespaceMeta(): {UnsafeDisableDeepCopy: ptr.To(true)},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+
+	engines := &webhook.SwappableEngine{}
+	builder := &engineBuilder{client: mgr.GetCache(), engines: engines, log: log.WithName("engine")}
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("engine").
+		For(&v1alpha1.Sidecar{}).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
+		Complete(builder); err != nil {
+		return err
+	}
+
+	registered := make(chan struct{})
+	var registerErr error
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		// Load every Sidecar and namespace before answering a review.
+		if _, err := mgr.GetCache().GetInformer(ctx, namespaceMeta()); err != nil {
+			return err
+		}
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return ctx.Err()
+		}
+		if err := builder.rebuild(ctx); err != nil {
+			return err
+		}
+		excluded := []string{}
+		if opts.Namespace != "" {
+			excluded = append(excluded, opts.Namespace)
+		}
+		want := MutatingWebhookConfiguration(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, excluded...)
+		registerErr = ensureWebhookConfiguration(ctx, mgr.GetClient(), want)
+		close(registered)
+		if registerErr != nil {
+			return registerErr
+		}
+		log.Info("webhook registered", "configuration", opts.WebhookConfigName)
+		<-ctx.Done()
+		return nil
+	})); err != nil {
+		return err
+	}
+
+	cacheReader := mgr.GetCache()
+	server := &webhook.Server{
+		Addr:      opts.WebhookAddr,
+		TLSConfig: tlsConfig,
+		Log:       log.WithName("webhook"),
+		Listening: opts.Listening,
+		Mutator: &webhook.Mutator{
+			Engines: engines,
+			Log:     log.WithName("mutator"),
+			NamespaceLabels: func(name string) (map[string]string, bool) {
+				ns := namespaceMeta()
+				if err := cacheReader.Get(context.Background(), client.ObjectKey{Name: name}, ns); err != nil {
+					return nil, false
+				}
+				return ns.Labels, true
+			},
+		},
+		Ready: func() error {
+			select {
+			case <-registered:
+				if registerErr != nil {
+					return registerErr
+				}
+				return nil
+			default:
+				return errors.New("waiting for the cache and the webhook configuration")
+			}
+		},
+	}
+	if err := mgr.Add(server); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// servingTLS loads the given serving certificate or generates a throwaway one.
+func servingTLS(opts Options) (*tls.Config, []byte, error) {
+	if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
+		pair, err := tls.LoadX509KeyPair(opts.TLSCertFile, opts.TLSKeyFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("loading --tls-cert-file/--tls-private-key-file: %w", err)
+		}
+		caBundle, err := readOptional(opts.CAFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading --ca-file: %w", err)
+		}
+		return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, caBundle, nil
+	}
+	ca, err := certs.NewCA("sidecar-operator throwaway CA", 24*time.Hour)
+	if err != nil {
+		return nil, nil, err
+	}
+	serving, err := ca.Issue(opts.WebhookHosts, 24*time.Hour)
+	if err != nil {
+		return nil, nil, err
+	}
+	pair, err := serving.TLSCertificate()
+	if err != nil {
+		return nil, nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, ca.CertPEM, nil
+}

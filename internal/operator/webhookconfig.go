@@ -1,0 +1,80 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
+)
+
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;create;update
+
+// LabelWebhook on a namespace set to "disabled" keeps the webhook out of it.
+const LabelWebhook = "sidecar-operator.io/webhook"
+
+// WebhookTarget says where the apiserver reaches the webhook: a URL, or a Service.
+type WebhookTarget struct {
+	URL              string
+	ServiceNamespace string
+	ServiceName      string
+}
+
+// MutatingWebhookConfiguration is the desired configuration for pod injection.
+func MutatingWebhookConfiguration(name string, target WebhookTarget, caBundle []byte, failurePolicy admissionv1.FailurePolicyType, excludeNamespaces ...string) *admissionv1.MutatingWebhookConfiguration {
+	cc := admissionv1.WebhookClientConfig{CABundle: caBundle}
+	if target.URL != "" {
+		cc.URL = ptr.To(target.URL + webhook.PathMutatePods)
+	} else {
+		cc.Service = &admissionv1.ServiceReference{
+			Namespace: target.ServiceNamespace, Name: target.ServiceName,
+			Path: ptr.To(webhook.PathMutatePods), Port: ptr.To[int32](443),
+		}
+	}
+	excluded := append([]string{metav1.NamespaceSystem}, excludeNamespaces...)
+	return &admissionv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionv1.MutatingWebhook{{
+			Name:                    "inject.sidecar-operator.io",
+			ClientConfig:            cc,
+			AdmissionReviewVersions: []string{"v1", "v1beta1"},
+			SideEffects:             ptr.To(admissionv1.SideEffectClassNone),
+			FailurePolicy:           ptr.To(failurePolicy),
+			MatchPolicy:             ptr.To(admissionv1.Equivalent),
+			ReinvocationPolicy:      ptr.To(admissionv1.IfNeededReinvocationPolicy),
+			TimeoutSeconds:          ptr.To[int32](10),
+			Rules: []admissionv1.RuleWithOperations{{
+				Operations: []admissionv1.OperationType{admissionv1.Create},
+				Rule: admissionv1.Rule{
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+					Scope: ptr.To(admissionv1.NamespacedScope),
+				},
+			}},
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: excluded},
+				{Key: LabelWebhook, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"disabled"}},
+			}},
+		}},
+	}
+}
+
+// ensureWebhookConfiguration creates the configuration or brings an existing
+// one to the desired webhooks, keeping its metadata.
+func ensureWebhookConfiguration(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration) error {
+	var have admissionv1.MutatingWebhookConfiguration
+	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
+	if apierrors.IsNotFound(err) {
+		return c.Create(ctx, want)
+	}
+	if err != nil {
+		return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", want.Name, err)
+	}
+	have.Webhooks = want.Webhooks
+	return c.Update(ctx, &have)
+}

@@ -1,0 +1,143 @@
+package webhook
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+)
+
+// MaxRequestBytes bounds a review: a pod may be up to the apiserver's 3 MiB
+// object limit, and an UPDATE review carries two objects.
+const MaxRequestBytes = 7 << 20
+
+// EngineSource returns the engine to use; nil means not ready yet.
+type EngineSource interface {
+	Engine() *inject.Engine
+}
+
+// StaticEngine is an EngineSource with a fixed engine.
+type StaticEngine struct{ E *inject.Engine }
+
+// Engine returns the fixed engine.
+func (s StaticEngine) Engine() *inject.Engine { return s.E }
+
+// SwappableEngine is an EngineSource whose engine is replaced as Sidecars change.
+type SwappableEngine struct{ p atomic.Pointer[inject.Engine] }
+
+// Engine returns the current engine, or nil before the first Store.
+func (s *SwappableEngine) Engine() *inject.Engine { return s.p.Load() }
+
+// Store replaces the engine.
+func (s *SwappableEngine) Store(e *inject.Engine) { s.p.Store(e) }
+
+// Mutator serves the pod-injection endpoint.
+type Mutator struct {
+	Engines         EngineSource
+	NamespaceLabels inject.NamespaceLabelsFunc
+	Log             logr.Logger
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "only POST is allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
+		http.Error(w, "Content-Type must be application/json, got "+quoteHeader(ct), http.StatusUnsupportedMediaType)
+		return
+	}
+	engine := m.Engines.Engine()
+	if engine == nil {
+		http.Error(w, "sidecar definitions are not loaded yet", http.StatusServiceUnavailable)
+		return
+	}
+
+	in := bufPool.Get().(*[]byte)
+	out := bufPool.Get().(*[]byte)
+	defer func() {
+		bufPool.Put(in)
+		bufPool.Put(out)
+	}()
+	body, err := readBody(http.MaxBytesReader(w, r.Body, MaxRequestBytes), (*in)[:0])
+	*in = body[:0]
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, "request body exceeds the limit", http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+
+	var review podReview
+	if err := decodePodReview(body, &review); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req := review.Request
+	resp := response{apiVersion: review.APIVersion, uid: req.UID}
+	if req.Kind.Group != "" || req.Kind.Kind != "Pod" {
+		http.Error(w, "this endpoint admits pods only, got kind "+quoteHeader(req.Kind.Group+"/"+req.Kind.Kind), http.StatusBadRequest)
+		return
+	}
+	if req.Operation == "CREATE" && req.SubResource == "" {
+		res, err := engine.InjectView(&req.Object, req.Namespace, m.NamespaceLabels, podVolumesFrom(body), (*out)[:0])
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		resp.patch, resp.warnings, resp.denial = res.Patch, res.Warnings, res.Denial
+		if res.Patch != nil {
+			*out = res.Patch[:0] // keep the grown buffer
+		}
+		if res.Denial != "" {
+			m.Log.V(1).Info("denied pod", "namespace", req.Namespace, "generateName", req.Object.Metadata.GenerateName, "reason", res.Denial)
+		}
+	}
+	payload := resp.appendJSON((*in)[:0]) // the request body is no longer needed
+	*in = payload[:0]
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	_, _ = w.Write(payload)
+}
+
+var jsonContentType = []string{"application/json"}
+
+func readBody(r io.Reader, buf []byte) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+func isJSON(contentType string) bool {
+	mediaType, _, _ := strings.Cut(contentType, ";")
+	return strings.EqualFold(strings.TrimSpace(mediaType), "application/json")
+}
+
+func quoteHeader(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return `"` + strings.ToValidUTF8(s, "?") + `"`
+}

@@ -1,0 +1,96 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Paths served by the webhook server.
+const (
+	PathMutatePods = "/mutate-pods"
+	PathHealthz    = "/healthz"
+	PathReadyz     = "/readyz"
+)
+
+// Server is the webhook's HTTPS server.
+type Server struct {
+	Addr      string
+	TLSConfig *tls.Config
+	Mutator   *Mutator
+	// Ready returns nil once the server can give correct answers.
+	Ready func() error
+	Log   logr.Logger
+	// ShutdownTimeout bounds how long in-flight reviews may take to finish.
+	ShutdownTimeout time.Duration
+	// Listening, when set, receives the bound address once the server listens.
+	Listening func(net.Addr)
+}
+
+// Handler returns the server's routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(PathMutatePods, s.Mutator)
+	mux.HandleFunc(PathHealthz, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc(PathReadyz, func(w http.ResponseWriter, _ *http.Request) {
+		if s.Ready != nil {
+			if err := s.Ready(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return mux
+}
+
+// Start serves until ctx is done, then stops accepting, lets in-flight
+// reviews finish and closes idle connections. It implements manager.Runnable.
+func (s *Server) Start(ctx context.Context) error {
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		TLSConfig:         s.TLSConfig,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          nil,
+	}
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		return err
+	}
+	if s.Listening != nil {
+		s.Listening(ln.Addr())
+	}
+	s.Log.Info("serving webhook", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(tls.NewListener(ln, s.TLSConfig)) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	timeout := s.ShutdownTimeout
+	if timeout == 0 {
+		timeout = 25 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// NeedLeaderElection is false: every replica serves the webhook.
+func (s *Server) NeedLeaderElection() bool { return false }
