@@ -44,9 +44,15 @@ type renderedContainer struct {
 	json *jsonTemplate
 }
 
-// Revision returns the hash of a Sidecar's spec recorded in the status annotation.
+// Revision returns the hash of a Sidecar's spec recorded in the status
+// annotation. It hashes the spec as the apiserver stores it, defaults
+// included, so that a file and the same Sidecar in a cluster agree.
 func Revision(spec *v1alpha1.SidecarSpec) string {
-	raw, err := encjson.Marshal(spec)
+	defaulted := *spec
+	if defaulted.OnMissingParameters == "" {
+		defaulted.OnMissingParameters = v1alpha1.MissingParametersReject
+	}
+	raw, err := encjson.Marshal(&defaulted)
 	if err != nil {
 		panic(err) // a SidecarSpec always marshals
 	}
@@ -67,7 +73,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		appMounts:  spec.AppVolumeMounts,
 	}
 	if c.onMissing == "" {
-		c.onMissing = v1alpha1.MissingParametersReject
+		c.onMissing = v1alpha1.MissingParametersReject // the CRD's default
 	}
 	var errs []error
 	declared := make(map[string]bool, len(spec.Parameters))

@@ -1,0 +1,132 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
+)
+
+// eventually retries f until it returns nil or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = f(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not true after %s: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// createNamespace creates a uniquely named namespace and deletes it after the test.
+func createNamespace(t *testing.T, labels map[string]string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t-" + rand.String(8), Labels: labels}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+// applySidecar creates a Sidecar (deleted after the test) and waits until the
+// webhook injects it: a dry-run pod that requests it by name comes back with it.
+func applySidecar(t *testing.T, sc *v1alpha1.Sidecar) {
+	t.Helper()
+	ctx := context.Background()
+	if err := k8s.Create(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), sc) })
+	marker := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "marker", Namespace: "default", Annotations: map[string]string{v1alpha1.AnnotationInject: sc.Name}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "m", Image: "m"}}},
+	}
+	cl, w := warningClient(t)
+	known := `sidecar "` + sc.Name + `" requires pod annotations`
+	eventually(t, 20*time.Second, func() error {
+		p := marker.DeepCopy()
+		err := cl.Create(ctx, p, client.DryRunAll)
+		switch {
+		case err != nil && strings.Contains(err.Error(), known), strings.Contains(w.all(), known):
+			return nil // the engine knows it and asks for its parameters
+		case err != nil:
+			return err
+		case !strings.Contains(p.Annotations[v1alpha1.AnnotationStatus], `"`+sc.Name+`"`):
+			return fmt.Errorf("sidecar %s not injected yet", sc.Name)
+		}
+		return nil
+	})
+}
+
+func exampleSidecars(t *testing.T) map[string]*v1alpha1.Sidecar {
+	t.Helper()
+	scs, err := sidecarfile.Load(filepath.Join("..", "..", "examples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*v1alpha1.Sidecar{}
+	for i := range scs {
+		out[scs[i].Name] = &scs[i]
+	}
+	return out
+}
+
+func containerNames(cs []corev1.Container) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// warningClient returns a client whose server warnings are collected.
+func warningClient(t *testing.T) (client.Client, *warnings) {
+	t.Helper()
+	w := &warnings{}
+	c := rest.CopyConfig(cfg)
+	c.WarningHandler = w
+	cl, err := client.New(c, client.Options{Scheme: operator.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl, w
+}
+
+type warnings struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+func (w *warnings) all() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.list, "\n")
+}
+
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

@@ -1,0 +1,128 @@
+// Package integration proves the operator against a real kube-apiserver and
+// etcd (envtest on the binaries hack/build-control-plane.sh builds): Sidecars
+// and Pods go through the API, and the tests assert on what it stores.
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+)
+
+const webhookConfigName = "sidecar-operator"
+
+var (
+	cfg        *rest.Config
+	k8s        client.Client
+	webhookURL string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run these tests with make test, which builds the control plane")
+		return 1
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	var err error
+	if cfg, err = env.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+		}
+	}()
+	if k8s, err = client.New(cfg, client.Options{Scheme: operator.Scheme()}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+
+	addr, err := freeAddr()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	webhookURL = "https://" + addr
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := operator.Run(ctx, cfg, operator.Options{
+			WebhookAddr:       addr,
+			WebhookHosts:      []string{"127.0.0.1"},
+			WebhookConfigName: webhookConfigName,
+			Target:            operator.WebhookTarget{URL: webhookURL},
+			FailurePolicy:     admissionv1.Fail,
+			MetricsAddr:       "0",
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "operator stopped:", err)
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+	if err := waitReady(webhookURL, 60*time.Second); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+func zapLevel() zapcore.Level {
+	if os.Getenv("TEST_VERBOSE_LOGS") != "" {
+		return zapcore.DebugLevel
+	}
+	return zapcore.ErrorLevel
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func waitReady(base string, timeout time.Duration) error {
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		resp, err := c.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("operator not ready at %s after %s", base, timeout)
+}
