@@ -1,0 +1,168 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/go-logr/logr"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
+)
+
+func newMutator(t testing.TB) *Mutator {
+	t.Helper()
+	scs, err := sidecarfile.Load(filepath.Join("..", "..", "examples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := inject.New(scs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Mutator{Engines: StaticEngine{E: e}, NamespaceLabels: inject.DefaultNamespaceLabels, Log: logr.Discard()}
+}
+
+func testReview(t testing.TB, name string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "test", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+type reviewResponse struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Response   struct {
+		UID       string   `json:"uid"`
+		Allowed   bool     `json:"allowed"`
+		PatchType string   `json:"patchType"`
+		Patch     []byte   `json:"patch"`
+		Warnings  []string `json:"warnings"`
+		Status    struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"status"`
+	} `json:"response"`
+}
+
+func post(t testing.TB, m http.Handler, contentType string, body []byte) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, PathMutatePods, bytes.NewReader(body))
+	req.Header.Set("Content-Type", contentType)
+	rec := httptest.NewRecorder()
+	m.ServeHTTP(rec, req)
+	return rec
+}
+
+func decodeResponse(t testing.TB, rec *httptest.ResponseRecorder) reviewResponse {
+	t.Helper()
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var r reviewResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil {
+		t.Fatalf("response is not JSON: %v\n%s", err, rec.Body)
+	}
+	return r
+}
+
+func TestMutatePodAnswersInTheVersionAsked(t *testing.T) {
+	m := newMutator(t)
+	body := testReview(t, "admissionreview-pod.json")
+	for _, version := range []string{admissionV1, admissionV1beta1} {
+		t.Run(version, func(t *testing.T) {
+			in := bytes.Replace(body, []byte(`"apiVersion":"admission.k8s.io/v1"`), []byte(`"apiVersion":"`+version+`"`), 1)
+			r := decodeResponse(t, post(t, m, "application/json", in))
+			if r.APIVersion != version || r.Kind != "AdmissionReview" || r.Response.UID != "0d5e8f3a-6c1b-4f2e-9b7a-3e1d2c4b5a69" || !r.Response.Allowed {
+				t.Fatalf("response %+v", r)
+			}
+			if r.Response.PatchType != "JSONPatch" {
+				t.Fatalf("patchType %q", r.Response.PatchType)
+			}
+			var review struct {
+				Request struct {
+					Object json.RawMessage `json:"object"`
+				} `json:"request"`
+			}
+			if err := json.Unmarshal(in, &review); err != nil {
+				t.Fatal(err)
+			}
+			p, err := jsonpatch.DecodePatch(r.Response.Patch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := p.Apply(review.Request.Object)
+			if err != nil {
+				t.Fatalf("patch does not apply: %v", err)
+			}
+			if !bytes.Contains(out, []byte(`"name":"xxl-agent"`)) || !bytes.Contains(out, []byte(`"name":"fluentd"`)) {
+				t.Fatalf("sidecars missing from patched pod")
+			}
+		})
+	}
+}
+
+func TestMutatePodAllowsOtherOperationsUnchanged(t *testing.T) {
+	m := newMutator(t)
+	body := bytes.Replace(testReview(t, "admissionreview-pod.json"), []byte(`"operation":"CREATE"`), []byte(`"operation":"UPDATE"`), 1)
+	r := decodeResponse(t, post(t, m, "application/json", body))
+	if !r.Response.Allowed || r.Response.Patch != nil {
+		t.Fatalf("UPDATE was changed: %+v", r.Response)
+	}
+}
+
+func TestMutatePodDenialCarriesMessage(t *testing.T) {
+	m := newMutator(t)
+	body := bytes.Replace(testReview(t, "admissionreview-pod.json"), []byte(`"xxl-agent/job-name"`), []byte(`"xxl-agent/other"`), 1)
+	r := decodeResponse(t, post(t, m, "application/json", body))
+	if r.Response.Allowed || r.Response.Status.Code != 403 || !strings.Contains(r.Response.Status.Message, `"xxl-agent/job-name"`) {
+		t.Fatalf("response %+v", r.Response)
+	}
+}
+
+func TestMutatePodRefusesBadRequests(t *testing.T) {
+	m := newMutator(t)
+	valid := testReview(t, "admissionreview-pod.json")
+	cases := []struct {
+		name, contentType string
+		body              []byte
+		code              int
+		want              string
+	}{
+		{"wrong content type", "text/plain", valid, http.StatusUnsupportedMediaType, "Content-Type must be application/json"},
+		{"not JSON", "application/json", []byte("{nope"), http.StatusBadRequest, "not valid JSON"},
+		{"not a review", "application/json", []byte(`{"kind":"Pod","apiVersion":"v1"}`), http.StatusBadRequest, "want an AdmissionReview"},
+		{"unknown version", "application/json", []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v2"}`), http.StatusBadRequest, "want an AdmissionReview"},
+		{"no request", "application/json", []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}`), http.StatusBadRequest, "has no request"},
+		{"no uid", "application/json", []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{}}`), http.StatusBadRequest, "has no uid"},
+		{"not a pod", "application/json", []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","kind":{"group":"apps","version":"v1","kind":"Deployment"},"operation":"CREATE"}}`), http.StatusBadRequest, "admits pods only"},
+		{"pod of the wrong shape", "application/json", []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","object":{"spec":{"containers":"x"}}}}`), http.StatusBadRequest, "not an AdmissionReview for a pod"},
+		{"too large", "application/json", bytes.Repeat([]byte(" "), MaxRequestBytes+1), http.StatusRequestEntityTooLarge, "exceeds the limit"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := post(t, m, tc.contentType, tc.body)
+			if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.want) {
+				t.Fatalf("got %d %q, want %d containing %q", rec.Code, rec.Body, tc.code, tc.want)
+			}
+		})
+	}
+}
+
+func TestNotReadyWithoutEngine(t *testing.T) {
+	m := &Mutator{Engines: &SwappableEngine{}, Log: logr.Discard()}
+	rec := post(t, m, "application/json", testReview(t, "admissionreview-pod.json"))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d", rec.Code)
+	}
+}
