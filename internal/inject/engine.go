@@ -93,6 +93,7 @@ type plan struct {
 	addLabel bool
 	// addMetadata is set for a pod without metadata: the patch creates it first.
 	addMetadata bool
+	addSpec     bool
 	appMounts   [][]int // per pod container: indexes into the flattened app mounts
 	mountsFrom  []mountSource
 	denials     []string
@@ -111,6 +112,10 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 	if pod.Metadata == nil {
 		pod.Metadata = &MetadataView{}
 		p.addMetadata = true
+	}
+	if pod.Spec == nil {
+		pod.Spec = &SpecView{}
+		p.addSpec = true
 	}
 	annotations := pod.Metadata.Annotations
 	if _, mirror := annotations[annotationMirror]; mirror || len(e.sidecars) == 0 {

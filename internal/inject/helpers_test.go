@@ -95,8 +95,8 @@ func checkBothPaths(t testing.TB, e *Engine, raw []byte, namespace string) (*Res
 	if res.Denial != typed.Denial {
 		t.Fatalf("denials differ: json %q, typed %q", res.Denial, typed.Denial)
 	}
-	if string(res.Patch) != string(typed.Patch) {
-		t.Fatalf("patches differ:\njson  %s\ntyped %s", res.Patch, typed.Patch)
+	if (res.Patch == nil) != (typed.Patch == nil) {
+		t.Fatalf("one path patches and the other does not:\njson  %s\ntyped %s", res.Patch, typed.Patch)
 	}
 	if res.Denial != "" {
 		return res, nil

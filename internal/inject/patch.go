@@ -75,6 +75,9 @@ func (p *plan) writePatch(buf []byte) ([]byte, error) {
 	if p.addMetadata {
 		w.addRaw("/metadata", []byte("{}"))
 	}
+	if p.addSpec {
+		w.addRaw("/spec", []byte("{}"))
+	}
 	if p.pod.Metadata.Annotations == nil {
 		w.add("/metadata/annotations")
 		w.buf = append(w.buf, `{"`+v1alpha1.AnnotationStatus+`":`...)

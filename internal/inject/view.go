@@ -12,11 +12,15 @@ import (
 type PodView struct {
 	// Metadata is nil when the pod has no metadata at all.
 	Metadata *MetadataView `json:"metadata"`
-	Spec     struct {
-		Containers     []containerView `json:"containers"`
-		InitContainers []containerView `json:"initContainers"`
-		Volumes        []namedView     `json:"volumes"`
-	} `json:"spec"`
+	// Spec is nil when the pod has no spec at all.
+	Spec *SpecView `json:"spec"`
+}
+
+// SpecView is the part of a pod's spec the engine reads.
+type SpecView struct {
+	Containers     []containerView `json:"containers"`
+	InitContainers []containerView `json:"initContainers"`
+	Volumes        []namedView     `json:"volumes"`
 }
 
 // MetadataView is the part of a pod's metadata the engine reads.
@@ -50,7 +54,7 @@ func DecodePodView(raw []byte, v *PodView) error {
 
 // viewOfPod builds the view of a typed Pod, keeping nil-versus-empty as JSON would.
 func viewOfPod(pod *corev1.Pod) *PodView {
-	v := &PodView{Metadata: &MetadataView{}}
+	v := &PodView{Metadata: &MetadataView{}, Spec: &SpecView{}}
 	v.Metadata.Name = pod.Name
 	v.Metadata.GenerateName = pod.GenerateName
 	v.Metadata.Namespace = pod.Namespace
