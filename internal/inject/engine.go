@@ -184,7 +184,7 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 		}
 		p.selected = append(p.selected, sel)
 	}
-	for _, name := range splitList(requested) {
+	for _, name := range splitList(requested) { // nil when nothing is requested
 		if e.byName[name] == nil {
 			p.warnings = append(p.warnings, fmt.Sprintf("sidecar %q requested by annotation %s does not exist", name, v1alpha1.AnnotationInject))
 		}
@@ -363,6 +363,9 @@ func listHas(list, name string) bool {
 }
 
 func splitList(list string) []string {
+	if list == "" {
+		return nil
+	}
 	var out []string
 	for _, item := range strings.Split(list, ",") {
 		if item = strings.TrimSpace(item); item != "" {

@@ -1,0 +1,33 @@
+package webhook
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// BenchmarkMutatePod is one review through the handler: read, decode, inject, encode.
+func BenchmarkMutatePod(b *testing.B) {
+	for _, tc := range []struct{ name, file string }{
+		{"realistic", "admissionreview-pod.json"},
+		{"large", "admissionreview-large-pod.json"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			m := newMutator(b)
+			body := testReview(b, tc.file)
+			rec := httptest.NewRecorder()
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodPost, PathMutatePods, bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				rec.Body.Reset()
+				m.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					b.Fatal(rec.Body)
+				}
+			}
+		})
+	}
+}
