@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	corev1 "k8s.io/api/core/v1"
@@ -123,11 +124,11 @@ func (in *Injector) object(obj map[string]any) (bool, error) {
 	for _, key := range path {
 		next, ok := tmpl[key].(map[string]any)
 		if !ok {
-			return false, fmt.Errorf("%s has no pod template at .%s", kind, joinPath(path))
+			return false, fmt.Errorf("%s has no pod template at .%s", kind, strings.Join(path, "."))
 		}
 		tmpl = next
 	}
-	return in.pod(tmpl, namespace, "."+joinPath(path))
+	return in.pod(tmpl, namespace, "."+strings.Join(path, "."))
 }
 
 // pod injects into a Pod or pod template held as a map, in place.
@@ -180,17 +181,6 @@ func orPod(field string) string {
 		return "pod"
 	}
 	return field
-}
-
-func joinPath(p []string) string {
-	var b bytes.Buffer
-	for i, s := range p {
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(s)
-	}
-	return b.String()
 }
 
 // describe names a document by kind and name when it can.
