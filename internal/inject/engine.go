@@ -162,7 +162,7 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 		if skipAll || listHas(skip, sc.name) {
 			continue
 		}
-		if name, clash := e.existingContainer(pod, sc); clash {
+		if name, clash := sc.containerIn(pod); clash {
 			p.warnings = append(p.warnings, fmt.Sprintf("sidecar %q not injected: the pod already has a container named %q", sc.name, name))
 			continue
 		}
@@ -198,7 +198,8 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 	return p
 }
 
-func (e *Engine) existingContainer(pod *PodView, sc *compiledSidecar) (string, bool) {
+// containerIn returns a container of the Sidecar whose name the pod already uses.
+func (sc *compiledSidecar) containerIn(pod *PodView) (string, bool) {
 	for _, list := range [][]renderedContainer{sc.initContainers, sc.containers} {
 		for _, c := range list {
 			if pod.hasContainer(c.name) {

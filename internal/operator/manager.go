@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -193,4 +194,11 @@ func servingTLS(opts Options) (*tls.Config, []byte, error) {
 		return nil, nil, err
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, ca.CertPEM, nil
+}
+
+func readOptional(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	return os.ReadFile(path)
 }

@@ -60,7 +60,6 @@ func (s *Server) Start(ctx context.Context) error {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          nil,
 	}
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
