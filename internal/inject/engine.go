@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -89,26 +90,35 @@ type selection struct {
 type plan struct {
 	pod      *PodView
 	selected []selection
-	status   []byte // new status annotation value; nil when unchanged
+	status   string // new status annotation value
 	addLabel bool
 	// addMetadata is set for a pod without metadata: the patch creates it first.
 	addMetadata bool
 	addSpec     bool
-	appMounts   [][]int // per pod container: indexes into the flattened app mounts
-	mountsFrom  []mountSource
-	denials     []string
-	warnings    []string
+	// appMounts are the mounts added to the pod's own containers, ordered by container.
+	appMounts []appMount
+	denials   []string
+	warnings  []string
+
+	// Backing arrays that save allocations for typical pods.
+	selectedBuf  [4]selection
+	appMountsBuf [8]appMount
 }
 
-type mountSource struct {
-	sel   int
-	index int
+// appMount is mount index of selected[sel] added to the pod's container.
+type appMount struct {
+	container, sel, index int
+}
+
+func (p *plan) appMount(m appMount) corev1.VolumeMount {
+	return p.selected[m.sel].sc.appMounts[m.index]
 }
 
 // planFor decides what to inject. podVolume returns a volume of the pod by
 // name, for comparing a Sidecar volume with a pod volume of the same name.
 func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolume func(string) (*corev1.Volume, error)) *plan {
 	p := &plan{pod: pod}
+	p.selected = p.selectedBuf[:0]
 	if pod.Metadata == nil {
 		pod.Metadata = &MetadataView{}
 		p.addMetadata = true
@@ -293,17 +303,13 @@ func equalJSON(a, b any) bool {
 // planAppMounts decides which app mounts each of the pod's own containers gets;
 // a mount the container already has (same volume, path and subPath) is not added twice.
 func (p *plan) planAppMounts() {
-	for si, sel := range p.selected {
-		for mi, m := range sel.sc.appMounts {
-			for ci := range p.pod.Spec.Containers {
-				if hasMount(p.pod.Spec.Containers[ci].VolumeMounts, m) {
-					continue
+	p.appMounts = p.appMountsBuf[:0]
+	for ci := range p.pod.Spec.Containers {
+		for si, sel := range p.selected {
+			for mi, m := range sel.sc.appMounts {
+				if !hasMount(p.pod.Spec.Containers[ci].VolumeMounts, m) {
+					p.appMounts = append(p.appMounts, appMount{container: ci, sel: si, index: mi})
 				}
-				if p.appMounts == nil {
-					p.appMounts = make([][]int, len(p.pod.Spec.Containers))
-				}
-				p.appMounts[ci] = append(p.appMounts[ci], len(p.mountsFrom))
-				p.mountsFrom = append(p.mountsFrom, mountSource{sel: si, index: mi})
 			}
 		}
 	}
@@ -387,7 +393,7 @@ func quoteList(items []string) string {
 	return b.String()
 }
 
-func statusJSON(existing *v1alpha1.InjectionStatus, selected []selection) []byte {
+func statusJSON(existing *v1alpha1.InjectionStatus, selected []selection) string {
 	buf := make([]byte, 0, 64*(len(existing.Sidecars)+len(selected)))
 	buf = append(buf, `{"sidecars":[`...)
 	first := true
@@ -408,7 +414,8 @@ func statusJSON(existing *v1alpha1.InjectionStatus, selected []selection) []byte
 	for _, s := range selected {
 		add(s.sc.name, s.sc.revision)
 	}
-	return append(buf, "]}"...)
+	buf = append(buf, "]}"...)
+	return unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
 }
 
 func (p *plan) records() []v1alpha1.InjectionRecord {

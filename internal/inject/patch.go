@@ -20,15 +20,29 @@ type patchWriter struct {
 
 // add starts an "add" operation at path; the caller appends the value and calls end.
 func (w *patchWriter) add(path string) {
+	w.op()
+	w.buf = append(w.buf, `{"op":"add","path":`...)
+	w.buf = appendJSONString(w.buf, path)
+	w.buf = append(w.buf, `,"value":`...)
+}
+
+// addIndexed is add for the path prefix+index+suffix, which needs no escaping.
+func (w *patchWriter) addIndexed(prefix string, index int, suffix string) {
+	w.op()
+	w.buf = append(w.buf, `{"op":"add","path":"`...)
+	w.buf = append(w.buf, prefix...)
+	w.buf = strconv.AppendInt(w.buf, int64(index), 10)
+	w.buf = append(w.buf, suffix...)
+	w.buf = append(w.buf, `","value":`...)
+}
+
+func (w *patchWriter) op() {
 	if w.ops == 0 {
 		w.buf = append(w.buf, '[')
 	} else {
 		w.buf = append(w.buf, ',')
 	}
 	w.ops++
-	w.buf = append(w.buf, `{"op":"add","path":`...)
-	w.buf = appendJSONString(w.buf, path)
-	w.buf = append(w.buf, `,"value":`...)
 }
 
 func (w *patchWriter) end() { w.buf = append(w.buf, '}') }
@@ -81,12 +95,12 @@ func (p *plan) writePatch(buf []byte) ([]byte, error) {
 	if p.pod.Metadata.Annotations == nil {
 		w.add("/metadata/annotations")
 		w.buf = append(w.buf, `{"`+v1alpha1.AnnotationStatus+`":`...)
-		w.buf = appendJSONString(w.buf, string(p.status))
+		w.buf = appendJSONString(w.buf, p.status)
 		w.buf = append(w.buf, '}')
 		w.end()
 	} else {
 		w.add(statusPath)
-		w.buf = appendJSONString(w.buf, string(p.status))
+		w.buf = appendJSONString(w.buf, p.status)
 		w.end()
 	}
 	if p.addLabel {
@@ -106,7 +120,7 @@ func (p *plan) writePatch(buf []byte) ([]byte, error) {
 		for i := range p.selected {
 			s := &p.selected[i]
 			for _, c := range s.sc.initContainers {
-				w.add("/spec/initContainers/" + strconv.Itoa(at))
+				w.addIndexed("/spec/initContainers/", at, "")
 				if w.buf, err = s.appendContainer(w.buf, c); err != nil {
 					return nil, err
 				}
@@ -119,26 +133,25 @@ func (p *plan) writePatch(buf []byte) ([]byte, error) {
 		return nil, err
 	}
 
-	for ci, mounts := range p.appMounts {
-		if len(mounts) == 0 {
-			continue
-		}
-		base := "/spec/containers/" + strconv.Itoa(ci) + "/volumeMounts"
+	for i := 0; i < len(p.appMounts); {
+		ci := p.appMounts[i].container
 		if p.pod.Spec.Containers[ci].VolumeMounts == nil {
-			w.add(base)
+			w.addIndexed("/spec/containers/", ci, "/volumeMounts")
 			w.buf = append(w.buf, '[')
-			for k, m := range mounts {
-				if k > 0 {
+			for ; i < len(p.appMounts) && p.appMounts[i].container == ci; i++ {
+				if w.buf[len(w.buf)-1] != '[' {
 					w.buf = append(w.buf, ',')
 				}
-				w.buf = append(w.buf, p.mountJSON(m)...)
+				w.buf = append(w.buf, p.mountJSON(p.appMounts[i])...)
 			}
 			w.buf = append(w.buf, ']')
 			w.end()
 			continue
 		}
-		for _, m := range mounts {
-			w.addRaw(base+"/-", p.mountJSON(m))
+		for ; i < len(p.appMounts) && p.appMounts[i].container == ci; i++ {
+			w.addIndexed("/spec/containers/", ci, "/volumeMounts/-")
+			w.buf = append(w.buf, p.mountJSON(p.appMounts[i])...)
+			w.end()
 		}
 	}
 
@@ -214,9 +227,8 @@ func (p *plan) writeArray(w *patchWriter, path string, list func(*selection) []r
 	return nil
 }
 
-func (p *plan) mountJSON(m int) []byte {
-	src := p.mountsFrom[m]
-	return p.selected[src.sel].sc.appMountsJSON[src.index]
+func (p *plan) mountJSON(m appMount) []byte {
+	return p.selected[m.sel].sc.appMountsJSON[m.index]
 }
 
 // mutate applies the plan to a copy of pod and returns it.
@@ -225,7 +237,7 @@ func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	out.Annotations[v1alpha1.AnnotationStatus] = string(p.status)
+	out.Annotations[v1alpha1.AnnotationStatus] = p.status
 	if p.addLabel {
 		if out.Labels == nil {
 			out.Labels = map[string]string{}
@@ -264,11 +276,9 @@ func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
 			volumes = append(volumes, v)
 		}
 	}
-	for ci, mounts := range p.appMounts {
-		for _, m := range mounts {
-			src := p.mountsFrom[m]
-			out.Spec.Containers[ci].VolumeMounts = append(out.Spec.Containers[ci].VolumeMounts, p.selected[src.sel].sc.appMounts[src.index])
-		}
+	for _, m := range p.appMounts {
+		c := &out.Spec.Containers[m.container]
+		c.VolumeMounts = append(c.VolumeMounts, p.appMount(m))
 	}
 	if len(inits) > 0 {
 		out.Spec.InitContainers = append(inits, out.Spec.InitContainers...)

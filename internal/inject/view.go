@@ -1,55 +1,235 @@
 package inject
 
 import (
-	"github.com/go-json-experiment/json"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
 )
 
-// PodView is the part of a Pod the engine reads, decoded straight from the
-// pod's JSON with encoding/json/v2 semantics (github.com/go-json-experiment/json).
+// PodView is the part of a Pod the engine reads. Read and DecodePodView fill
+// it straight from the pod's JSON with encoding/json's semantics, which the
+// apiserver uses: case-sensitive names, the last duplicate wins, null clears.
 // Nil maps and slices mean the field is absent or null in the pod, which
 // changes the patch operation used.
 type PodView struct {
 	// Metadata is nil when the pod has no metadata at all.
-	Metadata *MetadataView `json:"metadata"`
+	Metadata *MetadataView
 	// Spec is nil when the pod has no spec at all.
-	Spec *SpecView `json:"spec"`
+	Spec *SpecView
+
+	// Storage for Metadata and Spec, saving an allocation each.
+	metadata MetadataView
+	spec     SpecView
 }
 
 // SpecView is the part of a pod's spec the engine reads.
 type SpecView struct {
-	Containers     []containerView `json:"containers"`
-	InitContainers []containerView `json:"initContainers"`
-	Volumes        []namedView     `json:"volumes"`
+	Containers     []containerView
+	InitContainers []containerView
+	Volumes        []namedView
 }
 
 // MetadataView is the part of a pod's metadata the engine reads.
 type MetadataView struct {
-	Name         string            `json:"name"`
-	GenerateName string            `json:"generateName"`
-	Namespace    string            `json:"namespace"`
-	Labels       map[string]string `json:"labels"`
-	Annotations  map[string]string `json:"annotations"`
+	Name         string
+	GenerateName string
+	Namespace    string
+	Labels       map[string]string
+	Annotations  map[string]string
 }
 
 type containerView struct {
-	Name         string      `json:"name"`
-	VolumeMounts []mountView `json:"volumeMounts"`
+	Name         string
+	VolumeMounts []mountView
 }
 
 type mountView struct {
-	Name      string `json:"name"`
-	MountPath string `json:"mountPath"`
-	SubPath   string `json:"subPath"`
+	Name      string
+	MountPath string
+	SubPath   string
 }
 
 type namedView struct {
-	Name string `json:"name"`
+	Name string
 }
 
 // DecodePodView decodes the fields the engine needs from pod JSON.
 func DecodePodView(raw []byte, v *PodView) error {
-	return json.Unmarshal(raw, v)
+	var s jsonscan.Scanner
+	s.Reset(raw)
+	v.Read(&s)
+	s.End()
+	return s.Err()
+}
+
+// Read reads the pod at the scanner's position, skipping what the engine
+// does not need; errors are left in the scanner.
+func (v *PodView) Read(s *jsonscan.Scanner) {
+	if !s.Object() {
+		return
+	}
+	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		switch string(key) {
+		case "metadata":
+			if s.Null() {
+				v.Metadata = nil
+				continue
+			}
+			if v.Metadata == nil {
+				v.Metadata = &v.metadata
+			}
+			v.Metadata.read(s)
+		case "spec":
+			if s.Null() {
+				v.Spec = nil
+				continue
+			}
+			if v.Spec == nil {
+				v.Spec = &v.spec
+			}
+			v.Spec.read(s)
+		default:
+			s.Skip()
+		}
+	}
+}
+
+func (m *MetadataView) read(s *jsonscan.Scanner) {
+	if !s.Object() {
+		return
+	}
+	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		switch string(key) {
+		case "name":
+			readString(s, &m.Name)
+		case "generateName":
+			readString(s, &m.GenerateName)
+		case "namespace":
+			readString(s, &m.Namespace)
+		case "labels":
+			readMap(s, &m.Labels)
+		case "annotations":
+			readMap(s, &m.Annotations)
+		default:
+			s.Skip()
+		}
+	}
+}
+
+func (sp *SpecView) read(s *jsonscan.Scanner) {
+	if !s.Object() {
+		return
+	}
+	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		switch string(key) {
+		case "containers":
+			readContainers(s, &sp.Containers)
+		case "initContainers":
+			readContainers(s, &sp.InitContainers)
+		case "volumes":
+			sp.Volumes = readList(s, sp.Volumes, func(s *jsonscan.Scanner, v *namedView) {
+				readFields(s, func(key []byte) bool {
+					if string(key) == "name" {
+						readString(s, &v.Name)
+						return true
+					}
+					return false
+				})
+			})
+		default:
+			s.Skip()
+		}
+	}
+}
+
+func readContainers(s *jsonscan.Scanner, dst *[]containerView) {
+	*dst = readList(s, *dst, func(s *jsonscan.Scanner, c *containerView) {
+		readFields(s, func(key []byte) bool {
+			switch string(key) {
+			case "name":
+				readString(s, &c.Name)
+			case "volumeMounts":
+				c.VolumeMounts = readList(s, c.VolumeMounts, readMount)
+			default:
+				return false
+			}
+			return true
+		})
+	})
+}
+
+func readMount(s *jsonscan.Scanner, m *mountView) {
+	readFields(s, func(key []byte) bool {
+		switch string(key) {
+		case "name":
+			readString(s, &m.Name)
+		case "mountPath":
+			readString(s, &m.MountPath)
+		case "subPath":
+			readString(s, &m.SubPath)
+		default:
+			return false
+		}
+		return true
+	})
+}
+
+// readFields calls field for each member of an object; field reads the value
+// and returns true, or returns false to have it skipped.
+func readFields(s *jsonscan.Scanner, field func(key []byte) bool) {
+	if !s.Object() {
+		return
+	}
+	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		if !field(key) {
+			s.Skip()
+		}
+	}
+}
+
+// readList reads an array into dst, nil for null. As encoding/json does, it
+// decodes over the elements already in dst, as a repeated key leaves them.
+func readList[T any](s *jsonscan.Scanner, dst []T, read func(*jsonscan.Scanner, *T)) []T {
+	if !s.Array() {
+		return nil
+	}
+	n := 0
+	for ; s.Element(); n++ {
+		if n == len(dst) {
+			var zero T
+			dst = append(dst, zero)
+		}
+		read(s, &dst[n])
+	}
+	if n == 0 {
+		return []T{}
+	}
+	return dst[:n]
+}
+
+// readMap reads an object of strings into *m, keeping entries already there
+// as encoding/json does; null clears it.
+func readMap(s *jsonscan.Scanner, m *map[string]string) {
+	if !s.Object() {
+		if s.Err() == nil {
+			*m = nil
+		}
+		return
+	}
+	if *m == nil {
+		*m = make(map[string]string, 8)
+	}
+	for key, ok := s.MemberName(); ok; key, ok = s.MemberName() {
+		v, _ := s.String()
+		(*m)[key] = v
+	}
+}
+
+// readString leaves *dst alone for null, as encoding/json does.
+func readString(s *jsonscan.Scanner, dst *string) {
+	if v, ok := s.String(); ok {
+		*dst = v
+	}
 }
 
 // viewOfPod builds the view of a typed Pod, keeping nil-versus-empty as JSON would.

@@ -87,12 +87,8 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	req := review.Request
 	resp := response{apiVersion: review.APIVersion, uid: req.UID}
-	if req.Kind.Group != "" || req.Kind.Kind != "Pod" {
-		http.Error(w, "this endpoint admits pods only, got kind "+quoteHeader(req.Kind.Group+"/"+req.Kind.Kind), http.StatusBadRequest)
-		return
-	}
 	if req.Operation == "CREATE" && req.SubResource == "" {
-		res, err := engine.InjectView(&req.Object, req.Namespace, m.NamespaceLabels, podVolumesFrom(body), (*out)[:0])
+		res, err := engine.InjectView(&req.Object, req.Namespace, m.NamespaceLabels, podVolumes(req.ObjectJSON), (*out)[:0])
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

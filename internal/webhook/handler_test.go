@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -146,7 +147,9 @@ func TestMutatePodRefusesBadRequests(t *testing.T) {
 		{"no request", "application/json", []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}`), http.StatusBadRequest, "has no request"},
 		{"no uid", "application/json", []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{}}`), http.StatusBadRequest, "has no uid"},
 		{"not a pod", "application/json", []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","kind":{"group":"apps","version":"v1","kind":"Deployment"},"operation":"CREATE"}}`), http.StatusBadRequest, "admits pods only"},
-		{"pod of the wrong shape", "application/json", []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","object":{"spec":{"containers":"x"}}}}`), http.StatusBadRequest, "not an AdmissionReview for a pod"},
+		{"pod of the wrong shape", "application/json", []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","kind":{"version":"v1","kind":"Pod"},"object":{"spec":{"containers":"x"}}}}`), http.StatusBadRequest, "not an AdmissionReview for a pod: request.object.spec.containers: want array, got string"},
+		{"pod of the wrong shape before its kind", "application/json", []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","object":{"spec":{"containers":"x"}},"kind":{"version":"v1","kind":"Pod"}}}`), http.StatusBadRequest, "not an AdmissionReview for a pod: request.object.spec.containers: want array, got string"},
+		{"wrong type in the envelope", "application/json", []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":7}}`), http.StatusBadRequest, "request.uid: want string, got number"},
 		{"too large", "application/json", bytes.Repeat([]byte(" "), MaxRequestBytes+1), http.StatusRequestEntityTooLarge, "exceeds the limit"},
 	}
 	for _, tc := range cases {
@@ -164,5 +167,29 @@ func TestNotReadyWithoutEngine(t *testing.T) {
 	rec := post(t, m, "application/json", testReview(t, "admissionreview-pod.json"))
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("status %d", rec.Code)
+	}
+}
+
+func TestMutatePodReadsTheObjectBeforeItsKind(t *testing.T) {
+	var review struct {
+		APIVersion string                     `json:"apiVersion"`
+		Kind       string                     `json:"kind"`
+		Request    map[string]json.RawMessage `json:"request"`
+	}
+	if err := json.Unmarshal(testReview(t, "admissionreview-pod.json"), &review); err != nil {
+		t.Fatal(err)
+	}
+	// The apiserver sends kind first; build the request with the object first.
+	var body bytes.Buffer
+	fmt.Fprintf(&body, `{"apiVersion":%q,"kind":%q,"request":{"object":%s`, review.APIVersion, review.Kind, review.Request["object"])
+	for key, value := range review.Request {
+		if key != "object" {
+			fmt.Fprintf(&body, ",%q:%s", key, value)
+		}
+	}
+	body.WriteString("}}")
+	r := decodeResponse(t, post(t, newMutator(t), "application/json", body.Bytes()))
+	if !r.Response.Allowed || r.Response.PatchType != "JSONPatch" || !bytes.Contains(r.Response.Patch, []byte(`"name":"fluentd"`)) {
+		t.Fatalf("response %+v, patch %s", r.Response, r.Response.Patch)
 	}
 }

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/go-json-experiment/json"
+	"strconv"
+	"strings"
+
 	"github.com/go-json-experiment/json/jsontext"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
 )
 
 const (
@@ -19,24 +22,29 @@ const (
 )
 
 // podReview is the part of an AdmissionReview for a pod that the mutating
-// handler reads; the pod is decoded straight into the engine's view.
+// handler reads; the pod is read straight into the engine's view.
 type podReview struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Request    *struct {
-		UID  string `json:"uid"`
-		Kind struct {
-			Group   string `json:"group"`
-			Version string `json:"version"`
-			Kind    string `json:"kind"`
-		} `json:"kind"`
-		SubResource string         `json:"subResource"`
-		Namespace   string         `json:"namespace"`
-		Operation   string         `json:"operation"`
-		DryRun      *bool          `json:"dryRun"`
-		Object      inject.PodView `json:"object"`
-	} `json:"request"`
+	APIVersion string
+	Kind       string
+	Request    *podRequest
 }
+
+type podRequest struct {
+	UID         string
+	Kind        groupVersionKind
+	SubResource string
+	Namespace   string
+	Operation   string
+	Object      inject.PodView
+	// ObjectJSON is the pod as sent, for the rare reads the view does not cover.
+	ObjectJSON []byte
+}
+
+type groupVersionKind struct {
+	Group, Version, Kind string
+}
+
+func (k groupVersionKind) isPod() bool { return k.Group == "" && k.Kind == "Pod" }
 
 // badRequest is a request the handler refuses with HTTP 400.
 type badRequest struct{ msg string }
@@ -44,44 +52,128 @@ type badRequest struct{ msg string }
 func (e *badRequest) Error() string { return e.msg }
 
 func decodePodReview(body []byte, r *podReview) error {
-	if err := json.Unmarshal(body, r); err != nil {
-		var semErr *json.SemanticError
-		var synErr *jsontext.SyntacticError
-		switch {
-		case errors.As(err, &synErr):
-			return &badRequest{fmt.Sprintf("request body is not valid JSON: %v", synErr)}
-		case errors.As(err, &semErr):
-			return &badRequest{fmt.Sprintf("request body is not an AdmissionReview for a pod: %v", semErr)}
+	var s jsonscan.Scanner
+	s.Reset(body)
+	var objectPending bool
+	if s.Object() {
+		for key, ok := s.Member(); ok; key, ok = s.Member() {
+			switch string(key) {
+			case "apiVersion":
+				r.APIVersion, _ = s.String()
+			case "kind":
+				r.Kind, _ = s.String()
+			case "request":
+				if s.Null() {
+					r.Request = nil
+					continue
+				}
+				if r.Request == nil {
+					r.Request = &podRequest{}
+				}
+				objectPending = r.Request.read(&s)
+			default:
+				s.Skip()
+			}
 		}
-		return &badRequest{fmt.Sprintf("decoding AdmissionReview: %v", err)}
+	}
+	s.End()
+	if err := s.Err(); err != nil {
+		var syntaxErr *jsonscan.SyntaxError
+		if errors.As(err, &syntaxErr) {
+			return &badRequest{"request body is not valid JSON: " + err.Error()}
+		}
+		return &badRequest{"request body is not an AdmissionReview for a pod: " + err.Error()}
 	}
 	if r.Kind != "AdmissionReview" || (r.APIVersion != admissionV1 && r.APIVersion != admissionV1beta1) {
 		return &badRequest{fmt.Sprintf("want an AdmissionReview of %s or %s, got kind %q apiVersion %q", admissionV1, admissionV1beta1, r.Kind, r.APIVersion)}
 	}
-	if r.Request == nil {
+	req := r.Request
+	if req == nil {
 		return &badRequest{"AdmissionReview has no request"}
 	}
-	if r.Request.UID == "" {
+	if req.UID == "" {
 		return &badRequest{"AdmissionReview request has no uid"}
+	}
+	if !req.Kind.isPod() {
+		return &badRequest{"this endpoint admits pods only, got kind " + strconv.Quote(req.Kind.Group+"/"+req.Kind.Kind)}
+	}
+	if objectPending {
+		if err := inject.DecodePodView(req.ObjectJSON, &req.Object); err != nil {
+			var typeErr *jsonscan.TypeError
+			if errors.As(err, &typeErr) {
+				typeErr.Path = strings.TrimSuffix("request.object."+typeErr.Path, ".")
+			}
+			return &badRequest{"request body is not an AdmissionReview for a pod: " + err.Error()}
+		}
 	}
 	return nil
 }
 
-// podVolumesFrom decodes the pod's volumes from the whole review, on the rare
-// path where the engine must compare a pod volume with a Sidecar's.
-func podVolumesFrom(body []byte) inject.PodVolumesFunc {
-	return func() ([]corev1.Volume, error) {
-		var r struct {
-			Request struct {
-				Object struct {
-					Spec struct {
-						Volumes []corev1.Volume `json:"volumes"`
-					} `json:"spec"`
-				} `json:"object"`
-			} `json:"request"`
+// read reads the request. The apiserver sends kind before object, so the pod
+// is read in place; otherwise its bytes are kept and pending is true.
+func (q *podRequest) read(s *jsonscan.Scanner) (pending bool) {
+	if !s.Object() {
+		return false
+	}
+	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		switch string(key) {
+		case "uid":
+			q.UID, _ = s.String()
+		case "kind":
+			q.Kind.read(s)
+		case "subResource":
+			q.SubResource, _ = s.String()
+		case "namespace":
+			q.Namespace, _ = s.String()
+		case "operation":
+			q.Operation, _ = s.String()
+		case "object":
+			start := s.Offset()
+			if q.Kind.isPod() {
+				q.Object = inject.PodView{}
+				q.Object.Read(s)
+				q.ObjectJSON = s.Bytes(start, s.Offset())
+				pending = false
+			} else {
+				q.ObjectJSON = s.Raw()
+				pending = true
+			}
+		default:
+			s.Skip()
 		}
-		err := encjson.Unmarshal(body, &r)
-		return r.Request.Object.Spec.Volumes, err
+	}
+	return pending
+}
+
+func (k *groupVersionKind) read(s *jsonscan.Scanner) {
+	if !s.Object() {
+		return
+	}
+	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		switch string(key) {
+		case "group":
+			k.Group, _ = s.String()
+		case "version":
+			k.Version, _ = s.String()
+		case "kind":
+			k.Kind, _ = s.String()
+		default:
+			s.Skip()
+		}
+	}
+}
+
+// podVolumes decodes the pod's volumes in full, on the rare path where the
+// engine must compare a pod volume with a Sidecar's.
+func podVolumes(object []byte) inject.PodVolumesFunc {
+	return func() ([]corev1.Volume, error) {
+		var pod struct {
+			Spec struct {
+				Volumes []corev1.Volume `json:"volumes"`
+			} `json:"spec"`
+		}
+		err := encjson.Unmarshal(object, &pod)
+		return pod.Spec.Volumes, err
 	}
 }
 

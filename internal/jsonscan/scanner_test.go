@@ -1,0 +1,147 @@
+package jsonscan
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// walk reads a whole document through the public API, decoding every string
+// and keeping the first error, the way callers do.
+func walk(s *Scanner) {
+	switch s.peek() {
+	case '{':
+		s.Object()
+		for _, ok := s.Member(); ok; _, ok = s.Member() {
+			walk(s)
+		}
+	case '[':
+		s.Array()
+		for s.Element() {
+			walk(s)
+		}
+	case '"':
+		s.String()
+	case 'n':
+		s.Null()
+	default:
+		s.Skip()
+	}
+}
+
+func TestAcceptsWhatEncodingJSONAccepts(t *testing.T) {
+	for _, doc := range []string{
+		`{}`, ` [ ] `, `{"a":[1,-2.5e+3,0.0,true,false,null,"x"],"b":{"c":{}}}`,
+		`"\u00e9\ud83d\ude00\/\b\f\n\r\t\\\""`, `-0`, `1E9`, "\"\xff\"",
+		`{"a":1,}`, `[1,]`, `[1 2]`, `{"a" 1}`, `{a:1}`, `01`, `1.`, `.5`, `1e`, `-`, `+1`,
+		`tru`, `nul`, `"abc`, `"\x"`, `"\u12g4"`, "\"a\tb\"", `{"a":1}}`, `[`, ``, `  `,
+		`{"a":{"b":[{"c":null}]},"d":"e"} x`, strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth),
+		strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1),
+	} {
+		want := json.Valid([]byte(doc))
+		for name, read := range map[string]func(*Scanner){"Skip": (*Scanner).Skip, "walk": walk} {
+			var s Scanner
+			s.Reset([]byte(doc))
+			read(&s)
+			s.End()
+			if got := s.Err() == nil; got != want {
+				t.Errorf("%s(%.40q): accepted %v, encoding/json %v (err %v)", name, doc, got, want, s.Err())
+			}
+		}
+	}
+}
+
+func TestStringDecodesLikeEncodingJSON(t *testing.T) {
+	for _, doc := range []string{
+		`"plain"`, `""`, `"caf\u00e9"`, `"\ud83d\ude00"`, `"\ud83d"`, `"\ude00x"`, `"\ud83d\u0041"`,
+		"\"\xff\xfe ok\"", "\"\xe2\x82\"", `"a\/b\\c\"d"`, "\"ü\"",
+	} {
+		var want string
+		if err := json.Unmarshal([]byte(doc), &want); err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		var s Scanner
+		s.Reset([]byte(doc))
+		if got, _ := s.String(); got != want || s.Err() != nil {
+			t.Errorf("String(%q) = %q, %v; encoding/json gives %q", doc, got, s.Err(), want)
+		}
+	}
+}
+
+func TestTypeErrorNamesThePath(t *testing.T) {
+	doc := []byte(`{"spec":{"containers":[{"name":"a"},{"name":7}]},"metadata":{"labels":{"app.kubernetes.io/name":[]}}}`)
+	for _, tc := range []struct {
+		read func(*Scanner)
+		want string
+	}{
+		{func(s *Scanner) { s.Array() }, "the document: want array, got object"},
+		{func(s *Scanner) {
+			s.Object()
+			s.Member()
+			s.Object()
+			s.Member()
+			s.Array()
+			s.Element()
+			s.Skip()
+			s.Element()
+			s.Object()
+			s.Member()
+			s.String()
+		}, "spec.containers[1].name: want string, got number"},
+	} {
+		var s Scanner
+		s.Reset(doc)
+		tc.read(&s)
+		var typeErr *TypeError
+		if !errors.As(s.Err(), &typeErr) || typeErr.Error() != tc.want {
+			t.Errorf("error %v, want %q", s.Err(), tc.want)
+		}
+	}
+	if got, want := PathAt(doc, strings.Index(string(doc), "[]}")), `metadata.labels["app.kubernetes.io/name"]`; got != want {
+		t.Errorf("PathAt = %q, want %q", got, want)
+	}
+}
+
+func TestTypeErrorInInvalidJSONIsASyntaxError(t *testing.T) {
+	var s Scanner
+	s.Reset([]byte(`{"a":1,"b":`))
+	s.Object()
+	s.Member()
+	s.String()
+	var syntaxErr *SyntaxError
+	if !errors.As(s.Err(), &syntaxErr) {
+		t.Fatalf("error %v (%T), want a SyntaxError", s.Err(), s.Err())
+	}
+}
+
+func TestRawReturnsTheValueBytes(t *testing.T) {
+	var s Scanner
+	s.Reset([]byte(`{"object": {"a":[1, 2]} , "b":true}`))
+	s.Object()
+	s.Member()
+	if got := string(s.Raw()); got != `{"a":[1, 2]}` {
+		t.Errorf("Raw = %q", got)
+	}
+	key, _ := s.Member()
+	v, ok := s.Bool()
+	if string(key) != "b" || !v || !ok {
+		t.Errorf("after Raw: key %q value %v %v", key, v, ok)
+	}
+	if s.Member(); s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+}
+
+func TestSpecialFindsEveryByteThatEndsAPlainRun(t *testing.T) {
+	for pos := range 8 {
+		for c := range 256 {
+			word := []byte("aaaaaaaa")
+			word[pos] = byte(c)
+			if got := special(binary.LittleEndian.Uint64(word)); got != !plain[c] {
+				t.Errorf("byte %#x at %d: special %v, want %v", c, pos, got, !plain[c])
+			}
+		}
+	}
+}
