@@ -55,6 +55,10 @@ fuzz: ## Fuzz longer (FUZZTIME=10m make fuzz).
 test-fuzz:
 	go test ./internal/inject -run '^$$' -fuzz '^FuzzInjectJSON$$' -fuzztime $(FUZZTIME)
 
+.PHONY: bench
+bench: ## Engine benchmarks, then webhook throughput against a null handler (last line: the ratio).
+	hack/bench.sh
+
 .PHONY: demo
 demo: control-plane ## Start a control plane, run the operator, apply the examples, show the injected pod.
 	hack/demo.sh

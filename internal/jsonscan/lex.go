@@ -3,6 +3,7 @@ package jsonscan
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -158,14 +159,7 @@ var plain = func() (t [256]bool) {
 // skipString skips the string at d[i]. Bytes from 0x80 up need no check:
 // encoding/json accepts invalid UTF-8 too, replacing it.
 func skipString(d []byte, i int) (int, *lexError) {
-	j := i + 1
-	for j+8 <= len(d) && !specialASCII(binary.LittleEndian.Uint64(d[j:])) {
-		j += 8
-	}
-	for j < len(d) && (plain[d[j]] || d[j] >= utf8.RuneSelf) {
-		j++
-	}
-	if j < len(d) && d[j] == '"' {
+	if j := stringRun(d, i+1, 0); j < len(d) && d[j] == '"' {
 		return j + 1, nil
 	}
 	// An escape, a control character or the end: the long way.
@@ -179,13 +173,7 @@ func scanString(d []byte, i int) (end int, escaped, ascii bool, err *lexError) {
 	j := i + 1
 	ascii = true
 	for {
-		for j+8 <= len(d) && !special(binary.LittleEndian.Uint64(d[j:])) {
-			j += 8
-		}
-		for j < len(d) && plain[d[j]] {
-			j++
-		}
-		if j >= len(d) {
+		if j = stringRun(d, j, highs); j >= len(d) {
 			return j, false, false, errAt(j, "unterminated string")
 		}
 		switch c := d[j]; {
@@ -216,18 +204,30 @@ func scanString(d []byte, i int) (end int, escaped, ascii bool, err *lexError) {
 	}
 }
 
-// special reports whether any of eight bytes is a quote, a backslash, a
-// control character or not ASCII (bit tricks from "Bit Twiddling Hacks").
-func special(x uint64) bool {
-	return specialASCII(x) || x&0x8080808080808080 != 0
+const ones, highs = 0x0101010101010101, 0x8080808080808080
+
+// stringRun returns the index of the first byte from j on that is a quote,
+// a backslash or a control character, or, when high is highs, not ASCII.
+// It looks at eight bytes at a time with the tricks of "Bit Twiddling Hacks":
+// the lowest byte each mask flags is the first such byte.
+func stringRun(d []byte, j int, high uint64) int {
+	for j+8 <= len(d) {
+		x := binary.LittleEndian.Uint64(d[j:])
+		if m := specialMask(x) | x&high; m != 0 {
+			return j + bits.TrailingZeros64(m)>>3
+		}
+		j += 8
+	}
+	for j < len(d) && (plain[d[j]] || d[j] >= utf8.RuneSelf && high == 0) {
+		j++
+	}
+	return j
 }
 
-// specialASCII is special without the test for non-ASCII bytes.
-func specialASCII(x uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
+// specialMask flags the bytes of x that are a quote, a backslash or below 0x20.
+func specialMask(x uint64) uint64 {
 	hasZero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
-	quote, backslash := x^(ones*'"'), x^(ones*'\\')
-	return (hasZero(quote) | hasZero(backslash) | (x-ones*0x20) & ^x & highs) != 0
+	return hasZero(x^(ones*'"')) | hasZero(x^(ones*'\\')) | (x-ones*0x20) & ^x & highs
 }
 
 func isHex4(b []byte) bool {

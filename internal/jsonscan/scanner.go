@@ -127,6 +127,15 @@ func (s *Scanner) Member() ([]byte, bool) {
 	if !s.next('}') {
 		return nil, false
 	}
+	// Fast path for the usual name: short, plain ASCII, a colon right after.
+	d, i := s.data, s.pos
+	if i < len(d) && d[i] == '"' {
+		j := stringRun(d, i+1, highs)
+		if j+1 < len(d) && d[j] == '"' && d[j+1] == ':' {
+			s.pos = j + 2
+			return d[i+1 : j], true
+		}
+	}
 	if s.peek() != '"' {
 		s.syntax("want a member name")
 		return nil, false

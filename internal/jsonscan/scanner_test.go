@@ -1,7 +1,7 @@
 package jsonscan
 
 import (
-	"encoding/binary"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -134,13 +134,26 @@ func TestRawReturnsTheValueBytes(t *testing.T) {
 	}
 }
 
-func TestSpecialFindsEveryByteThatEndsAPlainRun(t *testing.T) {
-	for pos := range 8 {
-		for c := range 256 {
-			word := []byte("aaaaaaaa")
-			word[pos] = byte(c)
-			if got := special(binary.LittleEndian.Uint64(word)); got != !plain[c] {
-				t.Errorf("byte %#x at %d: special %v, want %v", c, pos, got, !plain[c])
+func TestStringRunStopsAtTheFirstSpecialByte(t *testing.T) {
+	for _, high := range []uint64{0, highs} {
+		for length := range 20 {
+			for pos := range length {
+				for c := range 256 {
+					d := bytes.Repeat([]byte("a"), length)
+					d[pos] = byte(c)
+					// Bytes after the first special one must not matter.
+					for k := pos + 1; k < length; k++ {
+						d[k] = byte(k * 37)
+					}
+					want := pos
+					if plain[c] || c >= 0x80 && high == 0 {
+						want = -1
+					}
+					got := stringRun(d, 0, high)
+					if want >= 0 && got != want || want < 0 && got <= pos {
+						t.Fatalf("high %#x, %q: stringRun = %d, want %d", high, d, got, want)
+					}
+				}
 			}
 		}
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	stdlog "log"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -49,18 +51,34 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// Start serves until ctx is done, then stops accepting, lets in-flight
-// reviews finish and closes idle connections. It implements manager.Runnable.
-func (s *Server) Start(ctx context.Context) error {
-	srv := &http.Server{
-		Handler:           s.Handler(),
-		TLSConfig:         s.TLSConfig,
+// NewHTTPServer is the HTTP server the webhook runs in: HTTP/1.1 and 2 over
+// TLS, with timeouts so that a slow or stalled client cannot hold a connection.
+// The server's own messages, mostly clients that drop a TLS handshake, go to
+// log at debug level.
+func NewHTTPServer(handler http.Handler, tlsConfig *tls.Config, log logr.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ErrorLog:          stdlog.New(debugWriter{log}, "", 0),
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+type debugWriter struct{ log logr.Logger }
+
+func (w debugWriter) Write(p []byte) (int, error) {
+	w.log.V(1).Info(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// Start serves until ctx is done, then stops accepting, lets in-flight
+// reviews finish and closes idle connections. It implements manager.Runnable.
+func (s *Server) Start(ctx context.Context) error {
+	srv := NewHTTPServer(s.Handler(), s.TLSConfig, s.Log)
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return err
