@@ -59,6 +59,10 @@ test-fuzz:
 bench: ## Engine benchmarks, then webhook throughput against a null handler (last line: the ratio).
 	hack/bench.sh
 
+.PHONY: bench-e2e
+bench-e2e: control-plane ## Pod create latency on a local control plane: no webhook, null webhook, injection.
+	hack/bench-e2e.sh
+
 .PHONY: demo
 demo: control-plane ## Start a control plane, run the operator, apply the examples, show the injected pod.
 	hack/demo.sh

@@ -8,6 +8,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -37,42 +38,75 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "null" {
-		if err := serveNull(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "null server:", err)
-			os.Exit(1)
+	name, run, args := "bench", runHTTP, os.Args[1:]
+	if len(args) > 0 {
+		switch args[0] {
+		case "null":
+			name, run, args = "null server", serveNull, args[1:]
+		case "e2e":
+			name, run, args = "bench e2e", runE2E, args[1:]
 		}
-		return
 	}
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
+	if err := run(args); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(1)
 	}
 }
 
-// serveNull answers every review with a fixed "allowed", after reading the
-// body as any handler must: the transport's cost and nothing else.
+// pathCalls is where the null server says how many reviews it has answered.
+const pathCalls = "/calls"
+
+// serveNull allows every review after reading the body, as any handler must,
+// into a reused buffer: the transport's cost and next to nothing else.
 func serveNull(args []string) error {
 	fs := flag.NewFlagSet("null", flag.ExitOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
 	certFile := fs.String("cert", "", "PEM certificate")
 	keyFile := fs.String("key", "", "PEM key")
+	patch := fs.Bool("patch", false, "answer with a one-operation patch: the least a mutating webhook can do")
 	_ = fs.Parse(args)
 	pair, err := tls.LoadX509KeyPair(*certFile, *keyFile)
 	if err != nil {
 		return err
 	}
-	answer := []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"null","allowed":true}}`)
+	var calls atomic.Int64
+	buffers := sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 64<<10)) }}
 	mux := http.NewServeMux()
 	mux.HandleFunc(webhook.PathHealthz, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc(pathCalls, func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, calls.Load()) })
 	mux.HandleFunc(webhook.PathMutatePods, func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
+		calls.Add(1)
+		buf := buffers.Get().(*bytes.Buffer)
+		defer buffers.Put(buf)
+		buf.Reset()
+		_, _ = buf.ReadFrom(r.Body)
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(answer)
+		_, _ = w.Write(nullAnswer(buf.Bytes(), *patch))
 	})
 	srv := webhook.NewHTTPServer(mux, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, logr.Discard())
 	srv.Addr = *addr
 	return srv.ListenAndServeTLS("", "")
+}
+
+// minimalPatch adds one annotation to a pod that has annotations.
+var minimalPatch = base64.StdEncoding.EncodeToString([]byte(`[{"op":"add","path":"/metadata/annotations/bench.sidecar-operator.io~1null","value":"patched"}]`))
+
+// nullAnswer allows the review, echoing its uid as the apiserver requires. It
+// takes the first "uid" in the body, which is the request's in what the
+// apiserver sends, so that the null server does next to no work.
+func nullAnswer(body []byte, patch bool) []byte {
+	uid := []byte("null")
+	if at := bytes.Index(body, []byte(`"uid":"`)); at >= 0 {
+		rest := body[at+7:]
+		if end := bytes.IndexByte(rest, '"'); end >= 0 {
+			uid = rest[:end]
+		}
+	}
+	answer := append([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"`), uid...)
+	if patch {
+		return append(answer, `","allowed":true,"patchType":"JSONPatch","patch":"`+minimalPatch+`"}}`...)
+	}
+	return append(answer, `","allowed":true}}`...)
 }
 
 type options struct {
@@ -81,25 +115,28 @@ type options struct {
 	rounds, connections        int
 }
 
-func run() error {
+func runHTTP(args []string) error {
 	var o options
-	flag.StringVar(&o.binary, "binary", "bin/sidecar-operator", "the sidecar-operator binary to measure")
-	flag.StringVar(&o.sidecars, "sidecars", "examples", "Sidecars to serve")
-	flag.StringVar(&o.testdata, "testdata", "test/testdata", "directory of the AdmissionReview files")
-	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of each load run")
-	flag.IntVar(&o.rounds, "rounds", 2, "runs of each server, alternating")
-	flag.IntVar(&o.connections, "connections", 16, "keep-alive connections")
-	flag.Parse()
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	fs.StringVar(&o.binary, "binary", "bin/sidecar-operator", "the sidecar-operator binary to measure")
+	fs.StringVar(&o.sidecars, "sidecars", "examples", "Sidecars to serve")
+	fs.StringVar(&o.testdata, "testdata", "test/testdata", "directory of the AdmissionReview files")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of each load run")
+	fs.IntVar(&o.rounds, "rounds", 2, "runs of each server, alternating")
+	fs.IntVar(&o.connections, "connections", 16, "keep-alive connections")
+	_ = fs.Parse(args)
 
 	dir, err := os.MkdirTemp("", "sidecar-operator-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	certFile, keyFile, pool, err := writeCerts(dir)
+	certFile, keyFile, caPEM, err := writeCerts(dir)
 	if err != nil {
 		return err
 	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -395,7 +432,9 @@ func checkInjection(client *http.Client, addr string, body []byte, uid string) e
 	return nil
 }
 
-func writeCerts(dir string) (certFile, keyFile string, pool *x509.CertPool, err error) {
+// writeCerts writes a serving certificate for loopback into dir and returns
+// the files and the PEM of the CA that signed it.
+func writeCerts(dir string) (certFile, keyFile string, caPEM []byte, err error) {
 	ca, err := certs.NewCA("sidecar-operator bench CA", time.Hour)
 	if err != nil {
 		return "", "", nil, err
@@ -411,9 +450,7 @@ func writeCerts(dir string) (certFile, keyFile string, pool *x509.CertPool, err 
 	if err := os.WriteFile(keyFile, leaf.KeyPEM, 0o600); err != nil {
 		return "", "", nil, err
 	}
-	pool = x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.CertPEM)
-	return certFile, keyFile, pool, nil
+	return certFile, keyFile, ca.CertPEM, nil
 }
 
 func freeAddr() string {
