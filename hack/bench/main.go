@@ -8,10 +8,10 @@ package main
 
 import (
 	"bytes"
-	"encoding/base64"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
