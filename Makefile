@@ -45,15 +45,21 @@ FUZZTIME ?= 5s
 .PHONY: test
 test: lint verify-generated control-plane ## Everything: lint, generated files, unit and integration tests with -race, brief fuzzing.
 	KUBEBUILDER_ASSETS=$(ASSETS) go test -race -count=1 ./...
-	go test ./internal/inject -run '^$$' -fuzz '^FuzzInjectJSON$$' -fuzztime $(FUZZTIME)
+	$(MAKE) --no-print-directory test-fuzz
+
+# Each fuzz target as package:target; go test fuzzes one target at a time.
+FUZZ_TARGETS = ./internal/jsonscan:FuzzScanner ./internal/inject:FuzzInjectJSON
 
 .PHONY: fuzz
-fuzz: ## Fuzz longer (FUZZTIME=10m make fuzz).
-	$(MAKE) test-fuzz FUZZTIME=$${FUZZTIME:-5m}
+fuzz: ## Fuzz every target longer (FUZZTIME=10m make fuzz; default 5m each).
+	$(MAKE) --no-print-directory test-fuzz FUZZTIME=$${FUZZTIME:-5m}
 
 .PHONY: test-fuzz
 test-fuzz:
-	go test ./internal/inject -run '^$$' -fuzz '^FuzzInjectJSON$$' -fuzztime $(FUZZTIME)
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} for $(FUZZTIME)"; \
+		go test $${t%%:*} -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
 
 .PHONY: bench
 bench: ## Engine benchmarks, then webhook throughput against a null handler (last line: the ratio).

@@ -63,8 +63,16 @@ func serveNull(args []string) error {
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
 	certFile := fs.String("cert", "", "PEM certificate")
 	keyFile := fs.String("key", "", "PEM key")
-	patch := fs.Bool("patch", false, "answer with a one-operation patch: the least a mutating webhook can do")
+	patchFile := fs.String("patch-file", "", "answer every review with this JSON patch")
 	_ = fs.Parse(args)
+	var patch string
+	if *patchFile != "" {
+		raw, err := os.ReadFile(*patchFile)
+		if err != nil {
+			return err
+		}
+		patch = base64.StdEncoding.EncodeToString(raw)
+	}
 	pair, err := tls.LoadX509KeyPair(*certFile, *keyFile)
 	if err != nil {
 		return err
@@ -81,20 +89,17 @@ func serveNull(args []string) error {
 		buf.Reset()
 		_, _ = buf.ReadFrom(r.Body)
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(nullAnswer(buf.Bytes(), *patch))
+		_, _ = w.Write(nullAnswer(buf.Bytes(), patch))
 	})
 	srv := webhook.NewHTTPServer(mux, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, logr.Discard())
 	srv.Addr = *addr
 	return srv.ListenAndServeTLS("", "")
 }
 
-// minimalPatch adds one annotation to a pod that has annotations.
-var minimalPatch = base64.StdEncoding.EncodeToString([]byte(`[{"op":"add","path":"/metadata/annotations/bench.sidecar-operator.io~1null","value":"patched"}]`))
-
 // nullAnswer allows the review, echoing its uid as the apiserver requires. It
 // takes the first "uid" in the body, which is the request's in what the
 // apiserver sends, so that the null server does next to no work.
-func nullAnswer(body []byte, patch bool) []byte {
+func nullAnswer(body []byte, patch string) []byte {
 	uid := []byte("null")
 	if at := bytes.Index(body, []byte(`"uid":"`)); at >= 0 {
 		rest := body[at+7:]
@@ -103,8 +108,8 @@ func nullAnswer(body []byte, patch bool) []byte {
 		}
 	}
 	answer := append([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"`), uid...)
-	if patch {
-		return append(answer, `","allowed":true,"patchType":"JSONPatch","patch":"`+minimalPatch+`"}}`...)
+	if patch != "" {
+		return append(answer, `","allowed":true,"patchType":"JSONPatch","patch":"`+patch+`"}}`...)
 	}
 	return append(answer, `","allowed":true}}`...)
 }
