@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -83,7 +84,61 @@ type SidecarSpec struct {
 	// +optional
 	// +kubebuilder:default=Reject
 	OnMissingParameters MissingParametersPolicy `json:"onMissingParameters,omitempty"`
+
+	// RBAC is what the ServiceAccount of each injected pod needs for the
+	// sidecar to work. The operator grants it and takes it back when the
+	// last injected pod of that ServiceAccount goes.
+	// +optional
+	RBAC *SidecarRBAC `json:"rbac,omitempty"`
 }
+
+// SidecarRBAC holds the rules granted to the ServiceAccounts of injected pods.
+type SidecarRBAC struct {
+	// Rules are granted only in the namespace of each injected pod: a
+	// ClusterRole "sidecar-operator:<sidecar>" bound by a RoleBinding of the
+	// same name in each namespace that has an injected pod.
+	// +optional
+	Rules []rbacv1.PolicyRule `json:"rules,omitempty"`
+	// ClusterRules are the explicit opt-in for cluster-wide grants: a
+	// ClusterRole and a ClusterRoleBinding "sidecar-operator:<sidecar>:cluster"
+	// whose subjects are the same ServiceAccounts across namespaces.
+	// +optional
+	ClusterRules []rbacv1.PolicyRule `json:"clusterRules,omitempty"`
+}
+
+// SidecarStatus is what the operator observes of a Sidecar across the cluster.
+type SidecarStatus struct {
+	// ObservedGeneration is the generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Revision is the hash of the spec that new injections record.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// MatchedPods should have the sidecar: they have it, or would get it now.
+	MatchedPods int32 `json:"matchedPods"`
+	// InjectedPods have the sidecar.
+	InjectedPods int32 `json:"injectedPods"`
+	// OutdatedPods have the sidecar at an older revision than Revision.
+	OutdatedPods int32 `json:"outdatedPods"`
+	// MissedPods match but were not injected, for example because they were
+	// created while the webhook was down, or before the Sidecar existed.
+	// Restarting their owner injects them.
+	MissedPods int32 `json:"missedPods"`
+	// Namespaces counts the namespaces with at least one injected pod.
+	Namespaces int32 `json:"namespaces"`
+	// Conditions: Ready (the Sidecar compiles and is served) and RBACReady
+	// (its RBAC objects are in place).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Condition types and reasons of a Sidecar.
+const (
+	ConditionReady     = "Ready"
+	ConditionRBACReady = "RBACReady"
+)
 
 // Activation opts a pod in when an annotation of its parses as true.
 type Activation struct {
@@ -112,13 +167,22 @@ type Parameter struct {
 // Sidecar is a sidecar definition: what to inject, into which pods.
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster
-// +kubebuilder:printcolumn:name="Native",type=boolean,JSONPath=`.spec.nativeSidecar`
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Matched",type=integer,JSONPath=`.status.matchedPods`
+// +kubebuilder:printcolumn:name="Injected",type=integer,JSONPath=`.status.injectedPods`
+// +kubebuilder:printcolumn:name="Outdated",type=integer,JSONPath=`.status.outdatedPods`
+// +kubebuilder:printcolumn:name="Missed",type=integer,JSONPath=`.status.missedPods`
+// +kubebuilder:printcolumn:name="Namespaces",type=integer,JSONPath=`.status.namespaces`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Native",type=boolean,JSONPath=`.spec.nativeSidecar`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Sidecar struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec SidecarSpec `json:"spec,omitempty"`
+	// +optional
+	Status SidecarStatus `json:"status,omitempty"`
 }
 
 // SidecarList is a list of Sidecars.

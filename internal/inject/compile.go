@@ -49,6 +49,9 @@ type renderedContainer struct {
 // included, so that a file and the same Sidecar in a cluster agree.
 func Revision(spec *v1alpha1.SidecarSpec) string {
 	defaulted := *spec
+	// RBAC and pull secrets change what the operator grants, not what a pod
+	// gets: changing them must not make injected pods outdated.
+	defaulted.RBAC = nil
 	if defaulted.OnMissingParameters == "" {
 		defaulted.OnMissingParameters = v1alpha1.MissingParametersReject
 	}

@@ -6,20 +6,15 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
 
 // Inject injects into a typed Pod and returns the mutated Pod and the patch.
 // namespace is used when the pod has none, as in an admission request.
 func (e *Engine) Inject(pod *corev1.Pod, namespace string, nsLabels NamespaceLabelsFunc) (*Result, error) {
 	view := viewOfPod(pod)
-	p := e.planFor(view, namespace, nsLabels, func(name string) (*corev1.Volume, error) {
-		for i := range pod.Spec.Volumes {
-			if pod.Spec.Volumes[i].Name == name {
-				return &pod.Spec.Volumes[i], nil
-			}
-		}
-		return nil, nil
-	})
+	p := e.planFor(view, namespace, nsLabels, podVolume(pod))
 	res, err := p.result(nil)
 	if err != nil || res.Denial != "" {
 		return res, err
@@ -91,4 +86,53 @@ func (p *plan) result(buf []byte) (*Result, error) {
 	res.Patch = patch
 	res.Injected = p.records()
 	return res, nil
+}
+
+// Pending returns the names of the Sidecars that injecting the pod now would
+// add: those it matches and does not carry. Nil when injection would be
+// denied, since such a pod would not be admitted at all.
+func (e *Engine) Pending(pod *corev1.Pod, nsLabels NamespaceLabelsFunc) []string {
+	p := e.planFor(viewOfPod(pod), pod.Namespace, nsLabels, podVolume(pod))
+	if len(p.denials) > 0 || len(p.selected) == 0 {
+		return nil
+	}
+	names := make([]string, len(p.selected))
+	for i, s := range p.selected {
+		names[i] = s.sc.name
+	}
+	return names
+}
+
+// Revision returns the current revision of a Sidecar the engine injects.
+func (e *Engine) Revision(name string) (string, bool) {
+	if c := e.byName[name]; c != nil {
+		return c.revision, true
+	}
+	return "", false
+}
+
+// InjectedSidecars reads the injection records of a pod's status annotation;
+// nil when there is none or it does not parse.
+func InjectedSidecars(annotations map[string]string) []v1alpha1.InjectionRecord {
+	raw, ok := annotations[v1alpha1.AnnotationStatus]
+	if !ok {
+		return nil
+	}
+	var status v1alpha1.InjectionStatus
+	if encjson.Unmarshal([]byte(raw), &status) != nil {
+		return nil
+	}
+	return status.Sidecars
+}
+
+// podVolume looks up a typed pod's volumes by name.
+func podVolume(pod *corev1.Pod) func(string) (*corev1.Volume, error) {
+	return func(name string) (*corev1.Volume, error) {
+		for i := range pod.Spec.Volumes {
+			if pod.Spec.Volumes[i].Name == name {
+				return &pod.Spec.Volumes[i], nil
+			}
+		}
+		return nil, nil
+	}
 }

@@ -2,29 +2,42 @@ package operator
 
 import (
 	"context"
+
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/go-logr/logr"
 	"net"
 	"os"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
@@ -87,6 +100,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Namespace labels are read on the hot path: no copy per read.
 			namespaceMeta(): {UnsafeDisableDeepCopy: ptr.To(true)},
+			// Pods are the cost centre: keep only what is read.
+			&corev1.Pod{}: {Transform: slimPod},
+			// Only the RBAC objects the operator owns.
+			&rbacv1.ClusterRole{}:        {Label: managedSelector},
+			&rbacv1.ClusterRoleBinding{}: {Label: managedSelector},
+			&rbacv1.RoleBinding{}:        {Label: managedSelector},
 		}},
 	})
 	if err != nil {
@@ -100,6 +119,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		For(&v1alpha1.Sidecar{}).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
 		Complete(builder); err != nil {
+		return err
+	}
+
+	if err := addFleetControllers(mgr, engines, func(name string) (map[string]string, bool) {
+		return namespaceLabels(mgr.GetCache(), name)
+	}, log); err != nil {
 		return err
 	}
 
@@ -143,11 +168,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			Engines: engines,
 			Log:     log.WithName("mutator"),
 			NamespaceLabels: func(name string) (map[string]string, bool) {
-				ns := namespaceMeta()
-				if err := cacheReader.Get(context.Background(), client.ObjectKey{Name: name}, ns); err != nil {
-					return nil, false
-				}
-				return ns.Labels, true
+				return namespaceLabels(cacheReader, name)
 			},
 		},
 		Ready: func() error {
@@ -166,6 +187,98 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+func namespaceLabels(r client.Reader, name string) (map[string]string, bool) {
+	ns := namespaceMeta()
+	if err := r.Get(context.Background(), client.ObjectKey{Name: name}, ns); err != nil {
+		return nil, false
+	}
+	return ns.Labels, true
+}
+
+var managedSelector = labels.SelectorFromSet(labels.Set{LabelManagedBy: managedBy})
+
+// addFleetControllers adds the RBAC and status controllers, which follow the
+// injected pods across the cluster.
+func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, nsLabels inject.NamespaceLabelsFunc, log logr.Logger) error {
+	ctx := context.Background()
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, indexInjectedSidecars, injectedSidecarNames); err != nil {
+		return err
+	}
+	rbacChanged := make(chan string, 1)
+	book := &conditionBook{entries: map[string]metav1.Condition{}, changed: rbacChanged}
+
+	// Each pod maps to the Sidecars it carries.
+	podToSidecars := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		var out []reconcile.Request
+		for _, name := range injectedSidecarNames(obj) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+		}
+		return out
+	})
+	ownerSidecar := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		if name := obj.GetLabels()[LabelSidecar]; name != "" {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+		}
+		return nil
+	})
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("rbac").
+		For(&v1alpha1.Sidecar{}).
+		Watches(&corev1.Pod{}, podToSidecars, builder.WithPredicates(injectionChanged())).
+		Watches(&rbacv1.ClusterRole{}, ownerSidecar).
+		Watches(&rbacv1.ClusterRoleBinding{}, ownerSidecar).
+		Watches(&rbacv1.RoleBinding{}, ownerSidecar).
+		Complete(&rbacReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), conditions: book, log: log.WithName("rbac")}); err != nil {
+		return err
+	}
+
+	toFleet := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{fleetKey}
+	})
+	rbacEvents := make(chan event.TypedGenericEvent[client.Object])
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-rbacChanged:
+				select {
+				case rbacEvents <- event.TypedGenericEvent[client.Object]{Object: &v1alpha1.Sidecar{}}:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+		}
+	})); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("status").
+		Watches(&v1alpha1.Sidecar{}, toFleet, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Pod{}, toFleet).
+		Watches(namespaceMeta(), toFleet).
+		WatchesRawSource(source.Channel(rbacEvents, toFleet)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(&statusReconciler{
+			client: mgr.GetClient(), engines: engines, nsLabels: nsLabels, conditions: book,
+			events: mgr.GetEventRecorder("sidecar-operator"), log: log.WithName("status"), reported: sets.New[string](),
+		})
+}
+
+// injectionChanged passes pod events that can change a Sidecar's RBAC: the
+// injection record, the ServiceAccount (immutable, so only on create) or the
+// phase ending.
+func injectionChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
+			newPod, ok2 := e.ObjectNew.(*corev1.Pod)
+			return !ok1 || !ok2 || oldPod.Annotations[v1alpha1.AnnotationStatus] != newPod.Annotations[v1alpha1.AnnotationStatus] ||
+				terminated(oldPod) != terminated(newPod)
+		},
+	}
 }
 
 // servingTLS loads the given serving certificate or generates a throwaway one.

@@ -56,7 +56,7 @@ func applySidecar(t *testing.T, sc *v1alpha1.Sidecar) {
 	if err := k8s.Create(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), sc) })
+	t.Cleanup(func() { deleteAndWait(t, sc) })
 	marker := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "marker", Namespace: "default", Annotations: map[string]string{v1alpha1.AnnotationInject: sc.Name}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "m", Image: "m"}}},
@@ -73,6 +73,21 @@ func applySidecar(t *testing.T, sc *v1alpha1.Sidecar) {
 			return err
 		case !strings.Contains(p.Annotations[v1alpha1.AnnotationStatus], `"`+sc.Name+`"`):
 			return fmt.Errorf("sidecar %s not injected yet", sc.Name)
+		}
+		return nil
+	})
+}
+
+// deleteAndWait deletes obj and waits until it is gone, finalizers done.
+func deleteAndWait(t *testing.T, obj client.Object) {
+	t.Helper()
+	ctx := context.Background()
+	if err := k8s.Delete(ctx, obj); err != nil && !isNotFound(err) {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj); !isNotFound(err) {
+			return fmt.Errorf("%s still exists (finalizers %v): %v", obj.GetName(), obj.GetFinalizers(), err)
 		}
 		return nil
 	})

@@ -1,0 +1,23 @@
+package operator
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// sidecarPods is the status of each Sidecar as metrics.
+var sidecarPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "sidecar_operator_sidecar_pods",
+	Help: "Pods per Sidecar by state: matched, injected, outdated (an older revision) and missed (matched, not injected).",
+}, []string{"sidecar", "state"})
+
+func init() {
+	metrics.Registry.MustRegister(sidecarPods)
+}
+
+func setPodGauges(sidecar string, c *sidecarCounts) {
+	sidecarPods.WithLabelValues(sidecar, "matched").Set(float64(c.matched))
+	sidecarPods.WithLabelValues(sidecar, "injected").Set(float64(c.injected))
+	sidecarPods.WithLabelValues(sidecar, "outdated").Set(float64(c.outdated))
+	sidecarPods.WithLabelValues(sidecar, "missed").Set(float64(c.missed))
+}

@@ -1,0 +1,93 @@
+package operator
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+)
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+
+// indexInjectedSidecars indexes pods by the Sidecars their status annotation
+// records, so that the RBAC controller reads only the pods of one Sidecar.
+const indexInjectedSidecars = "sidecar-operator.io/injected-sidecars"
+
+func injectedSidecarNames(obj client.Object) []string {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || terminated(pod) {
+		return nil
+	}
+	records := inject.InjectedSidecars(pod.Annotations)
+	names := make([]string, len(records))
+	for i, r := range records {
+		names[i] = r.Name
+	}
+	return names
+}
+
+// terminated pods no longer run their sidecars: they need no RBAC and are not
+// counted.
+func terminated(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// slimPod is the cache transform for pods, the operator's cost centre: it
+// keeps what the engine and the controllers read (metadata, the service
+// account, container names and mounts, volumes and the phase) and drops the
+// rest, which is most of a pod.
+func slimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	slim := &corev1.Pod{TypeMeta: pod.TypeMeta}
+	slim.ObjectMeta = pod.ObjectMeta
+	slim.ManagedFields = nil
+	if _, ok := slim.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
+		slim.Annotations = maps.Clone(slim.Annotations)
+		delete(slim.Annotations, corev1.LastAppliedConfigAnnotation)
+	}
+	slim.Spec.ServiceAccountName = pod.Spec.ServiceAccountName
+	slim.Spec.Containers = slimContainers(pod.Spec.Containers)
+	slim.Spec.InitContainers = slimContainers(pod.Spec.InitContainers)
+	slim.Spec.Volumes = pod.Spec.Volumes
+	slim.Status.Phase = pod.Status.Phase
+	return slim, nil
+}
+
+func slimContainers(cs []corev1.Container) []corev1.Container {
+	if cs == nil {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i := range cs {
+		out[i] = corev1.Container{Name: cs[i].Name, VolumeMounts: cs[i].VolumeMounts}
+	}
+	return out
+}
+
+// serviceAccountOf is the pod's ServiceAccount; empty means "default".
+func serviceAccountOf(pod *corev1.Pod) string {
+	if pod.Spec.ServiceAccountName == "" {
+		return "default"
+	}
+	return pod.Spec.ServiceAccountName
+}
+
+// podRef names a pod in messages.
+func podRef(pod *corev1.Pod) string { return fmt.Sprintf("%s/%s", pod.Namespace, pod.Name) }
+
+// sortedKeys returns a set's members in order.
+func sortedKeys[T any](m map[string]T) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

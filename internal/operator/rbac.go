@@ -1,0 +1,346 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+// The operator creates ClusterRoles holding rules it may not hold itself, and
+// binds them: that needs escalate and bind on clusterroles.
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get;list;watch;create;update;delete;bind;escalate
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings;rolebindings,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars,verbs=update;patch
+// +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars/finalizers,verbs=update
+
+// Labels on every RBAC object the operator owns. An object of the same name
+// without them was made by someone else and is never taken over.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	managedBy      = "sidecar-operator"
+	LabelSidecar   = "sidecar-operator.io/sidecar"
+	rbacFinalizer  = "sidecar-operator.io/rbac"
+)
+
+// RoleName is the ClusterRole, and the name of the RoleBindings, of a
+// Sidecar's namespaced rules; ClusterRoleName is that of its cluster rules.
+func RoleName(sidecar string) string        { return "sidecar-operator:" + sidecar }
+func ClusterRoleName(sidecar string) string { return "sidecar-operator:" + sidecar + ":cluster" }
+
+func ownedLabels(sidecar string) map[string]string {
+	return map[string]string{LabelManagedBy: managedBy, LabelSidecar: sidecar}
+}
+
+func owned(obj client.Object, sidecar string) bool {
+	l := obj.GetLabels()
+	return l[LabelManagedBy] == managedBy && l[LabelSidecar] == sidecar
+}
+
+// rbacReconciler grants each Sidecar's rules to the ServiceAccounts of the
+// pods injected with it, only where those pods run, and takes them back when
+// the pods go. It writes one object per namespace, never one per pod.
+type rbacReconciler struct {
+	client client.Client
+	// apiReader sees objects the cache, which holds only owned ones, does not.
+	apiReader  client.Reader
+	conditions *conditionBook
+	log        logr.Logger
+}
+
+// conflictError is an object of the operator's name that it does not own.
+type conflictError struct{ kind, name string }
+
+func (e *conflictError) Error() string {
+	return fmt.Sprintf("%s %q exists and is not managed by sidecar-operator; rename or delete it", e.kind, e.name)
+}
+
+func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var sc v1alpha1.Sidecar
+	if err := r.client.Get(ctx, req.NamespacedName, &sc); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.conditions.forget(req.Name)
+			return ctrl.Result{}, r.removeAll(ctx, req.Name)
+		}
+		return ctrl.Result{}, err
+	}
+	if !sc.DeletionTimestamp.IsZero() {
+		if err := r.removeAll(ctx, sc.Name); err != nil {
+			return ctrl.Result{}, err
+		}
+		r.conditions.forget(sc.Name)
+		orig := sc.DeepCopy()
+		if controllerutil.RemoveFinalizer(&sc, rbacFinalizer) {
+			return ctrl.Result{}, client.IgnoreNotFound(r.client.Patch(ctx, &sc, client.MergeFrom(orig)))
+		}
+		return ctrl.Result{}, nil
+	}
+	orig := sc.DeepCopy()
+	if controllerutil.AddFinalizer(&sc, rbacFinalizer) {
+		// A patch, not an update: the status controller writes the same object.
+		if err := r.client.Patch(ctx, &sc, client.MergeFrom(orig)); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	err := r.sync(ctx, &sc)
+	var conflict *conflictError
+	switch {
+	case err == nil:
+		r.conditions.set(sc.Name, metav1.ConditionTrue, "Granted", "RBAC objects are in place")
+	case errors.As(err, &conflict):
+		r.conditions.set(sc.Name, metav1.ConditionFalse, "NameConflict", err.Error())
+		return ctrl.Result{}, nil // retried when the object changes or goes
+	default:
+		r.conditions.set(sc.Name, metav1.ConditionFalse, "Error", err.Error())
+	}
+	return ctrl.Result{}, err
+}
+
+// sync makes the RBAC objects of one Sidecar match its injected pods.
+func (r *rbacReconciler) sync(ctx context.Context, sc *v1alpha1.Sidecar) error {
+	var pods corev1.PodList
+	if err := r.client.List(ctx, &pods, client.MatchingFields{indexInjectedSidecars: sc.Name}); err != nil {
+		return err
+	}
+	byNamespace := map[string]map[string]bool{} // namespace -> ServiceAccounts
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if byNamespace[pod.Namespace] == nil {
+			byNamespace[pod.Namespace] = map[string]bool{}
+		}
+		byNamespace[pod.Namespace][serviceAccountOf(pod)] = true
+	}
+	var rules, clusterRules []rbacv1.PolicyRule
+	if sc.Spec.RBAC != nil {
+		rules, clusterRules = sc.Spec.RBAC.Rules, sc.Spec.RBAC.ClusterRules
+	}
+
+	var errs []error
+	// Namespaced rules: one ClusterRole, a RoleBinding per namespace.
+	wantBindings := map[string]bool{}
+	if len(rules) > 0 {
+		errs = append(errs, r.applyClusterRole(ctx, sc.Name, RoleName(sc.Name), rules))
+		for _, ns := range sortedKeys(byNamespace) {
+			wantBindings[ns] = true
+			errs = append(errs, r.applyRoleBinding(ctx, sc.Name, ns, subjects(ns, byNamespace[ns])))
+		}
+	} else {
+		errs = append(errs, r.deleteOwned(ctx, sc.Name, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: RoleName(sc.Name)}}))
+	}
+	var bindings rbacv1.RoleBindingList
+	if err := r.client.List(ctx, &bindings, client.MatchingLabels(ownedLabels(sc.Name))); err != nil {
+		errs = append(errs, err)
+	}
+	for i := range bindings.Items {
+		if b := &bindings.Items[i]; !wantBindings[b.Namespace] {
+			errs = append(errs, r.deleteOwned(ctx, sc.Name, b))
+		}
+	}
+
+	// Cluster rules: a ClusterRole and one ClusterRoleBinding for all subjects.
+	clusterRole := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName(sc.Name)}}
+	clusterBinding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName(sc.Name)}}
+	if len(clusterRules) > 0 {
+		errs = append(errs, r.applyClusterRole(ctx, sc.Name, clusterRole.Name, clusterRules))
+		var all []rbacv1.Subject
+		for _, ns := range sortedKeys(byNamespace) {
+			all = append(all, subjects(ns, byNamespace[ns])...)
+		}
+		if len(all) > 0 {
+			errs = append(errs, r.applyClusterRoleBinding(ctx, sc.Name, all))
+		} else {
+			errs = append(errs, r.deleteOwned(ctx, sc.Name, clusterBinding))
+		}
+	} else {
+		errs = append(errs, r.deleteOwned(ctx, sc.Name, clusterBinding), r.deleteOwned(ctx, sc.Name, clusterRole))
+	}
+	return firstConflictOrJoin(errs)
+}
+
+func subjects(namespace string, accounts map[string]bool) []rbacv1.Subject {
+	out := make([]rbacv1.Subject, 0, len(accounts))
+	for _, sa := range sortedKeys(accounts) {
+		out = append(out, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: namespace})
+	}
+	return out
+}
+
+func (r *rbacReconciler) applyClusterRole(ctx context.Context, sidecar, name string, rules []rbacv1.PolicyRule) error {
+	want := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: ownedLabels(sidecar)}, Rules: rules}
+	return r.apply(ctx, sidecar, want, &rbacv1.ClusterRole{}, func(have client.Object) bool {
+		h := have.(*rbacv1.ClusterRole)
+		if equality.Semantic.DeepEqual(h.Rules, rules) {
+			return false
+		}
+		h.Rules = rules
+		return true
+	})
+}
+
+func (r *rbacReconciler) applyRoleBinding(ctx context.Context, sidecar, namespace string, subs []rbacv1.Subject) error {
+	roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RoleName(sidecar)}
+	want := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: RoleName(sidecar), Namespace: namespace, Labels: ownedLabels(sidecar)},
+		RoleRef:    roleRef,
+		Subjects:   subs,
+	}
+	return r.apply(ctx, sidecar, want, &rbacv1.RoleBinding{}, func(have client.Object) bool {
+		h := have.(*rbacv1.RoleBinding)
+		if equality.Semantic.DeepEqual(h.Subjects, subs) {
+			return false
+		}
+		h.Subjects = subs
+		return true
+	})
+}
+
+func (r *rbacReconciler) applyClusterRoleBinding(ctx context.Context, sidecar string, subs []rbacv1.Subject) error {
+	want := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName(sidecar), Labels: ownedLabels(sidecar)},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ClusterRoleName(sidecar)},
+		Subjects:   subs,
+	}
+	return r.apply(ctx, sidecar, want, &rbacv1.ClusterRoleBinding{}, func(have client.Object) bool {
+		h := have.(*rbacv1.ClusterRoleBinding)
+		if equality.Semantic.DeepEqual(h.Subjects, subs) {
+			return false
+		}
+		h.Subjects = subs
+		return true
+	})
+}
+
+// apply creates want, or updates the owned object of its name with mutate,
+// which reports whether it changed anything. An unowned object is a conflict.
+func (r *rbacReconciler) apply(ctx context.Context, sidecar string, want, have client.Object, mutate func(client.Object) bool) error {
+	key := client.ObjectKeyFromObject(want)
+	kind := kindOf(want)
+	err := r.client.Get(ctx, key, have)
+	if apierrors.IsNotFound(err) {
+		err = r.client.Create(ctx, want)
+		if apierrors.IsAlreadyExists(err) {
+			// The cache holds only owned objects: this one is someone else's.
+			if getErr := r.apiReader.Get(ctx, key, have); getErr == nil && !owned(have, sidecar) {
+				return &conflictError{kind: kind, name: key.String()}
+			}
+		}
+		if err == nil {
+			r.log.Info("created", "kind", kind, "name", key.String(), "sidecar", sidecar)
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if !owned(have, sidecar) {
+		return &conflictError{kind: kind, name: key.String()}
+	}
+	if !mutate(have) {
+		return nil
+	}
+	return r.client.Update(ctx, have)
+}
+
+// deleteOwned deletes obj if it exists and the operator owns it for sidecar.
+func (r *rbacReconciler) deleteOwned(ctx context.Context, sidecar string, obj client.Object) error {
+	if err := r.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !owned(obj, sidecar) {
+		return nil
+	}
+	r.log.Info("deleting", "kind", kindOf(obj), "name", client.ObjectKeyFromObject(obj).String(), "sidecar", sidecar)
+	return client.IgnoreNotFound(r.client.Delete(ctx, obj))
+}
+
+// removeAll deletes every RBAC object the operator made for a Sidecar.
+func (r *rbacReconciler) removeAll(ctx context.Context, sidecar string) error {
+	var errs []error
+	var bindings rbacv1.RoleBindingList
+	if err := r.client.List(ctx, &bindings, client.MatchingLabels(ownedLabels(sidecar))); err != nil {
+		return err
+	}
+	for i := range bindings.Items {
+		errs = append(errs, r.deleteOwned(ctx, sidecar, &bindings.Items[i]))
+	}
+	for _, obj := range []client.Object{
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName(sidecar)}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName(sidecar)}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: RoleName(sidecar)}},
+	} {
+		errs = append(errs, r.deleteOwned(ctx, sidecar, obj))
+	}
+	return errors.Join(errs...)
+}
+
+func kindOf(obj client.Object) string {
+	switch obj.(type) {
+	case *rbacv1.ClusterRole:
+		return "ClusterRole"
+	case *rbacv1.ClusterRoleBinding:
+		return "ClusterRoleBinding"
+	case *rbacv1.RoleBinding:
+		return "RoleBinding"
+	}
+	return fmt.Sprintf("%T", obj)
+}
+
+// firstConflictOrJoin reports a name conflict as such, so that it becomes a
+// condition rather than a retry loop; other errors are joined.
+func firstConflictOrJoin(errs []error) error {
+	if i := slices.IndexFunc(errs, func(err error) bool {
+		var c *conflictError
+		return errors.As(err, &c)
+	}); i >= 0 {
+		return errs[i]
+	}
+	return errors.Join(errs...)
+}
+
+// conditionBook carries the RBAC controller's verdict per Sidecar to the
+// status controller, the only writer of Sidecar status.
+type conditionBook struct {
+	mu      sync.Mutex
+	entries map[string]metav1.Condition
+	changed chan<- string
+}
+
+func (b *conditionBook) set(sidecar string, status metav1.ConditionStatus, reason, message string) {
+	b.mu.Lock()
+	prev, had := b.entries[sidecar]
+	b.entries[sidecar] = metav1.Condition{Type: v1alpha1.ConditionRBACReady, Status: status, Reason: reason, Message: message}
+	b.mu.Unlock()
+	if !had || prev.Status != status || prev.Reason != reason || prev.Message != message {
+		select {
+		case b.changed <- sidecar:
+		default: // a status pass is already due
+		}
+	}
+}
+
+func (b *conditionBook) get(sidecar string) (metav1.Condition, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c, ok := b.entries[sidecar]
+	return c, ok
+}
+
+func (b *conditionBook) forget(sidecar string) {
+	b.mu.Lock()
+	delete(b.entries, sidecar)
+	b.mu.Unlock()
+}

@@ -1,0 +1,184 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
+)
+
+// +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;update;patch
+
+// Event reasons.
+const (
+	ReasonInjectionMissed = "InjectionMissed"
+)
+
+// fleetKey is the one request the status controller works on: any change to
+// a pod, a Sidecar or a namespace recomputes every Sidecar's status in one
+// pass over the cached pods, so the cost grows with pods, not pods × Sidecars.
+var fleetKey = ctrl.Request{NamespacedName: types.NamespacedName{Name: "fleet"}}
+
+// statusReconciler is the only writer of Sidecar status: the pods that match,
+// carry, carry an old revision of, or missed each Sidecar; and the Ready and
+// RBACReady conditions.
+type statusReconciler struct {
+	client     client.Client
+	engines    *webhook.SwappableEngine
+	nsLabels   inject.NamespaceLabelsFunc
+	conditions *conditionBook
+	events     recorder.EventRecorder
+	log        logr.Logger
+
+	mu sync.Mutex
+	// reported holds "pod uid/sidecar" of missed injections already told, so
+	// that each missed pod gets one Event, not one per pass.
+	reported sets.Set[string]
+	// gauged are the Sidecars with metrics, to drop those of deleted ones.
+	gauged sets.Set[string]
+}
+
+type sidecarCounts struct {
+	matched, injected, outdated, missed int32
+	namespaces                          sets.Set[string]
+}
+
+func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	engine := r.engines.Engine()
+	if engine == nil {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	var sidecars v1alpha1.SidecarList
+	if err := r.client.List(ctx, &sidecars); err != nil {
+		return ctrl.Result{}, err
+	}
+	counts := make(map[string]*sidecarCounts, len(sidecars.Items))
+	for i := range sidecars.Items {
+		counts[sidecars.Items[i].Name] = &sidecarCounts{namespaces: sets.New[string]()}
+	}
+	var pods corev1.PodList
+	if err := r.client.List(ctx, &pods); err != nil {
+		return ctrl.Result{}, err
+	}
+	seen := sets.New[string]()
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if terminated(pod) || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, rec := range inject.InjectedSidecars(pod.Annotations) {
+			c := counts[rec.Name]
+			if c == nil {
+				continue
+			}
+			c.injected++
+			c.matched++
+			c.namespaces.Insert(pod.Namespace)
+			if rev, ok := engine.Revision(rec.Name); ok && rev != rec.Revision {
+				c.outdated++
+			}
+		}
+		for _, name := range engine.Pending(pod, r.nsLabels) {
+			c := counts[name]
+			if c == nil {
+				continue
+			}
+			c.missed++
+			c.matched++
+			key := string(pod.UID) + "/" + name
+			seen.Insert(key)
+			r.reportMissed(key, pod, name)
+		}
+	}
+	r.mu.Lock()
+	r.reported = r.reported.Intersection(seen) // forget pods that are gone or fixed
+	r.mu.Unlock()
+
+	for name := range r.gauged.Difference(sets.KeySet(counts)) {
+		sidecarPods.DeletePartialMatch(prometheus.Labels{"sidecar": name})
+	}
+	r.gauged = sets.KeySet(counts)
+	for i := range sidecars.Items {
+		sc := &sidecars.Items[i]
+		c := counts[sc.Name]
+		setPodGauges(sc.Name, c)
+		if err := r.writeStatus(ctx, engine, sc, c); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *statusReconciler) writeStatus(ctx context.Context, engine *inject.Engine, sc *v1alpha1.Sidecar, c *sidecarCounts) error {
+	status := sc.Status.DeepCopy()
+	status.ObservedGeneration = sc.Generation
+	status.Revision = inject.Revision(&sc.Spec)
+	status.MatchedPods, status.InjectedPods, status.OutdatedPods, status.MissedPods = c.matched, c.injected, c.outdated, c.missed
+	status.Namespaces = int32(c.namespaces.Len())
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Injecting", Message: "the webhook injects this revision"}
+	if _, ok := engine.Revision(sc.Name); !ok {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Invalid", compileError(sc)
+	}
+	ready.ObservedGeneration = sc.Generation
+	apimeta.SetStatusCondition(&status.Conditions, ready)
+	if rbac, ok := r.conditions.get(sc.Name); ok {
+		rbac.ObservedGeneration = sc.Generation
+		apimeta.SetStatusCondition(&status.Conditions, rbac)
+	}
+	if equality.Semantic.DeepEqual(status, &sc.Status) {
+		return nil
+	}
+	orig := sc.DeepCopy()
+	sc.Status = *status
+	// The only writer of status: a patch without a resourceVersion precondition.
+	return client.IgnoreNotFound(r.client.Status().Patch(ctx, sc, client.MergeFrom(orig)))
+}
+
+// compileError says why the engine left a Sidecar out.
+func compileError(sc *v1alpha1.Sidecar) string {
+	if _, err := inject.New([]v1alpha1.Sidecar{*sc}); err != nil {
+		return err.Error()
+	}
+	return "not loaded by the webhook yet"
+}
+
+// reportMissed tells, once per pod, that a pod lacks a Sidecar it matches,
+// on the object a user looks at: the pod's controller, else the pod.
+func (r *statusReconciler) reportMissed(key string, pod *corev1.Pod, sidecar string) {
+	r.mu.Lock()
+	done := r.reported.Has(key)
+	r.reported.Insert(key)
+	r.mu.Unlock()
+	if done {
+		return
+	}
+	var regarding client.Object = pod
+	remedy := "delete the pod to have it recreated"
+	if owner := metav1.GetControllerOf(pod); owner != nil {
+		m := &metav1.PartialObjectMetadata{}
+		m.APIVersion, m.Kind = owner.APIVersion, owner.Kind
+		m.Name, m.Namespace, m.UID = owner.Name, pod.Namespace, owner.UID
+		regarding, remedy = m, fmt.Sprintf("restart %s %s (for a Deployment: kubectl rollout restart)", owner.Kind, owner.Name)
+	}
+	r.events.Eventf(regarding, pod, corev1.EventTypeWarning, ReasonInjectionMissed, "Inject",
+		"pod %s matches sidecar %q but was not injected, for example because it was created while the webhook was unavailable or before the Sidecar existed; %s",
+		podRef(pod), sidecar, remedy)
+	r.log.Info("missed injection", "pod", podRef(pod), "sidecar", sidecar)
+}
