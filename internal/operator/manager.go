@@ -122,9 +122,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return err
 	}
 
-	if err := addFleetControllers(mgr, engines, func(name string) (map[string]string, bool) {
-		return namespaceLabels(mgr.GetCache(), name)
-	}, log); err != nil {
+	nsLabels := func(name string) (map[string]string, bool) { return namespaceLabels(mgr.GetCache(), name) }
+	excluded := func(ns string) bool {
+		l, _ := nsLabels(ns)
+		return ns == "kube-system" || ns == opts.Namespace && ns != "" || l[LabelWebhook] == "disabled"
+	}
+	if err := addFleetControllers(mgr, engines, nsLabels, excluded, log); err != nil {
 		return err
 	}
 
@@ -201,7 +204,7 @@ var managedSelector = labels.SelectorFromSet(labels.Set{LabelManagedBy: managedB
 
 // addFleetControllers adds the RBAC and status controllers, which follow the
 // injected pods across the cluster.
-func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, nsLabels inject.NamespaceLabelsFunc, log logr.Logger) error {
+func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, nsLabels inject.NamespaceLabelsFunc, excluded func(string) bool, log logr.Logger) error {
 	ctx := context.Background()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, indexInjectedSidecars, injectedSidecarNames); err != nil {
 		return err
@@ -263,7 +266,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(&statusReconciler{
 			client: mgr.GetClient(), engines: engines, nsLabels: nsLabels, conditions: book,
-			events: mgr.GetEventRecorder("sidecar-operator"), log: log.WithName("status"), reported: sets.New[string](),
+			events: mgr.GetEventRecorder("sidecar-operator"), log: log.WithName("status"), reported: sets.New[string](), excluded: excluded,
 		})
 }
 

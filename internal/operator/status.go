@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -46,6 +47,9 @@ type statusReconciler struct {
 	conditions *conditionBook
 	events     recorder.EventRecorder
 	log        logr.Logger
+	// excluded reports namespaces the webhook configuration leaves out: their
+	// pods were never meant to be injected, so they are not missed.
+	excluded func(namespace string) bool
 
 	mu sync.Mutex
 	// reported holds "pod uid/sidecar" of missed injections already told, so
@@ -94,6 +98,9 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 			if rev, ok := engine.Revision(rec.Name); ok && rev != rec.Revision {
 				c.outdated++
 			}
+		}
+		if r.excluded(pod.Namespace) {
+			continue
 		}
 		for _, name := range engine.Pending(pod, r.nsLabels) {
 			c := counts[name]
@@ -145,10 +152,14 @@ func (r *statusReconciler) writeStatus(ctx context.Context, engine *inject.Engin
 	if equality.Semantic.DeepEqual(status, &sc.Status) {
 		return nil
 	}
-	orig := sc.DeepCopy()
-	sc.Status = *status
-	// The only writer of status: a patch without a resourceVersion precondition.
-	return client.IgnoreNotFound(r.client.Status().Patch(ctx, sc, client.MergeFrom(orig)))
+	// The only writer of status: the whole status as a merge patch, with no
+	// resourceVersion precondition, so that spec and finalizer writes by
+	// others never make it retry.
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return err
+	}
+	return client.IgnoreNotFound(r.client.Status().Patch(ctx, sc, client.RawPatch(types.MergePatchType, patch)))
 }
 
 // compileError says why the engine left a Sidecar out.
