@@ -74,8 +74,15 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	counts := make(map[string]*sidecarCounts, len(sidecars.Items))
+	revisions := make(map[string]string, len(sidecars.Items))
+	engineStale := false
 	for i := range sidecars.Items {
-		counts[sidecars.Items[i].Name] = &sidecarCounts{namespaces: sets.New[string]()}
+		sc := &sidecars.Items[i]
+		counts[sc.Name] = &sidecarCounts{namespaces: sets.New[string]()}
+		revisions[sc.Name] = inject.Revision(&sc.Spec)
+		if rev, ok := engine.Revision(sc.Name); ok && rev != revisions[sc.Name] {
+			engineStale = true // the engine controller has not caught up yet
+		}
 	}
 	var pods corev1.PodList
 	if err := r.client.List(ctx, &pods); err != nil {
@@ -95,7 +102,7 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 			c.injected++
 			c.matched++
 			c.namespaces.Insert(pod.Namespace)
-			if rev, ok := engine.Revision(rec.Name); ok && rev != rec.Revision {
+			if rec.Revision != revisions[rec.Name] {
 				c.outdated++
 			}
 		}
@@ -129,6 +136,10 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		if err := r.writeStatus(ctx, engine, sc, c); err != nil {
 			return ctrl.Result{}, err
 		}
+	}
+	if engineStale {
+		// Missed pods are judged by the engine: judge again once it is rebuilt.
+		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
 	}
 	return ctrl.Result{}, nil
 }
