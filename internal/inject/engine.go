@@ -65,11 +65,32 @@ type Result struct {
 	Warnings []string
 	// Denial, when not empty, is why the pod must be rejected; nothing else is set.
 	Denial string
+	// Denied names the Sidecars behind the denial.
+	Denied []string
+	// Skipped lists the Sidecars that match the pod but were left out, and why.
+	Skipped []Skip
 	// Patch is the RFC 6902 JSON Patch; nil when nothing changes.
 	Patch []byte
 	// Pod is the mutated Pod (Engine.Inject only).
 	Pod *corev1.Pod
 }
+
+// Skip is a Sidecar that matched a pod but was not injected.
+type Skip struct {
+	Sidecar string
+	Reason  SkipReason
+}
+
+// SkipReason says why a matching Sidecar was not injected.
+type SkipReason string
+
+// Reasons for skipping a Sidecar that matches.
+const (
+	SkipByAnnotation      SkipReason = "SkipAnnotation"
+	SkipNamespaceUnknown  SkipReason = "NamespaceUnknown"
+	SkipContainerExists   SkipReason = "ContainerExists"
+	SkipMissingParameters SkipReason = "MissingParameters"
+)
 
 // NamespaceLabelsFunc returns a namespace's labels; ok is false when unknown.
 type NamespaceLabelsFunc func(namespace string) (labels map[string]string, ok bool)
@@ -98,11 +119,27 @@ type plan struct {
 	// appMounts are the mounts added to the pod's own containers, ordered by container.
 	appMounts []appMount
 	denials   []string
+	denied    []string
 	warnings  []string
+	skipped   []Skip
 
 	// Backing arrays that save allocations for typical pods.
 	selectedBuf  [4]selection
 	appMountsBuf [8]appMount
+}
+
+// skip records a matching Sidecar left out, with a warning for the client
+// unless warning is empty.
+func (p *plan) skip(sidecar string, reason SkipReason, warning string) {
+	p.skipped = append(p.skipped, Skip{Sidecar: sidecar, Reason: reason})
+	if warning != "" {
+		p.warnings = append(p.warnings, warning)
+	}
+}
+
+func (p *plan) deny(sidecar, message string) {
+	p.denied = append(p.denied, sidecar)
+	p.denials = append(p.denials, message)
 }
 
 // appMount is mount index of selected[sel] added to the pod's container.
@@ -160,7 +197,7 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 			if nsLabelSet == nil {
 				l, ok := nsLabels(namespace)
 				if !ok {
-					p.warnings = append(p.warnings, fmt.Sprintf("sidecar %q not injected: labels of namespace %q are unknown", sc.name, namespace))
+					p.skip(sc.name, SkipNamespaceUnknown, fmt.Sprintf("sidecar %q not injected: labels of namespace %q are unknown", sc.name, namespace))
 					continue
 				}
 				nsLabelSet = labels.Set(l)
@@ -170,10 +207,11 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 			}
 		}
 		if skipAll || listHas(skip, sc.name) {
+			p.skip(sc.name, SkipByAnnotation, "")
 			continue
 		}
 		if name, clash := sc.containerIn(pod); clash {
-			p.warnings = append(p.warnings, fmt.Sprintf("sidecar %q not injected: the pod already has a container named %q", sc.name, name))
+			p.skip(sc.name, SkipContainerExists, fmt.Sprintf("sidecar %q not injected: the pod already has a container named %q", sc.name, name))
 			continue
 		}
 		sel := selection{sc: sc, render: renderData{index: sc.paramIndex, pod: pod, ns: namespace}}
@@ -182,14 +220,14 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 		if len(missing) > 0 {
 			msg := fmt.Sprintf("sidecar %q requires pod annotations that are missing: %s", sc.name, quoteList(missing))
 			if sc.onMissing == v1alpha1.MissingParametersSkip {
-				p.warnings = append(p.warnings, msg+"; not injected")
+				p.skip(sc.name, SkipMissingParameters, msg+"; not injected")
 			} else {
-				p.denials = append(p.denials, msg)
+				p.deny(sc.name, msg)
 			}
 			continue
 		}
 		if err := p.checkConflicts(sc, podVolume); err != nil {
-			p.denials = append(p.denials, fmt.Sprintf("sidecar %q: %v", sc.name, err))
+			p.deny(sc.name, fmt.Sprintf("sidecar %q: %v", sc.name, err))
 			continue
 		}
 		p.selected = append(p.selected, sel)

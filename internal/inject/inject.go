@@ -69,9 +69,9 @@ func (e *Engine) InjectView(view *PodView, namespace string, nsLabels NamespaceL
 }
 
 func (p *plan) result(buf []byte) (*Result, error) {
-	res := &Result{Warnings: p.warnings}
+	res := &Result{Warnings: p.warnings, Skipped: p.skipped}
 	if len(p.denials) > 0 {
-		res.Denial = strings.Join(p.denials, "; ")
+		res.Denial, res.Denied = strings.Join(p.denials, "; "), p.denied
 		return res, nil
 	}
 	if len(p.selected) == 0 {

@@ -170,6 +170,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Mutator: &webhook.Mutator{
 			Engines: engines,
 			Log:     log.WithName("mutator"),
+			Events:  mgr.GetEventRecorder("sidecar-operator-webhook"),
 			NamespaceLabels: func(name string) (map[string]string, bool) {
 				return namespaceLabels(cacheReader, name)
 			},

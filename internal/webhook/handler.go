@@ -10,6 +10,11 @@ import (
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 )
@@ -43,6 +48,9 @@ type Mutator struct {
 	Engines         EngineSource
 	NamespaceLabels inject.NamespaceLabelsFunc
 	Log             logr.Logger
+	// Events, when set, receives an Event on the Sidecar for each injection,
+	// skip and denial of a pod that is not a dry run.
+	Events recorder.EventRecorder
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
@@ -95,6 +103,10 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		resp.patch, resp.warnings, resp.denial = res.Patch, res.Warnings, res.Denial
+		countResult(res)
+		if m.Events != nil && !req.DryRun {
+			m.report(req, res)
+		}
 		if res.Patch != nil {
 			*out = res.Patch[:0] // keep the grown buffer
 		}
@@ -109,6 +121,30 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A known length spares net/http the chunked encoding of a large answer.
 	h["Content-Length"] = []string{strconv.Itoa(len(payload))}
 	_, _ = w.Write(payload)
+}
+
+// report tells each Sidecar's Events what happened to the pod.
+func (m *Mutator) report(req *podRequest, res *inject.Result) {
+	pod := req.Namespace + "/" + req.Object.Metadata.Name
+	if req.Object.Metadata.Name == "" {
+		pod = req.Namespace + "/" + req.Object.Metadata.GenerateName + "*"
+	}
+	for _, r := range res.Injected {
+		m.Events.Eventf(sidecarRef(r.Name), nil, corev1.EventTypeNormal, "Injected", "Inject", "injected revision %s into pod %s", r.Revision, pod)
+	}
+	for _, s := range res.Skipped {
+		m.Events.Eventf(sidecarRef(s.Sidecar), nil, corev1.EventTypeNormal, "Skipped", "Inject", "not injected into pod %s: %s", pod, s.Reason)
+	}
+	for _, name := range res.Denied {
+		m.Events.Eventf(sidecarRef(name), nil, corev1.EventTypeWarning, "Denied", "Inject", "pod %s denied: %s", pod, res.Denial)
+	}
+}
+
+func sidecarRef(name string) *metav1.PartialObjectMetadata {
+	ref := &metav1.PartialObjectMetadata{}
+	ref.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Sidecar"))
+	ref.Name = name
+	return ref
 }
 
 var jsonContentType = []string{"application/json"}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/go-logr/logr"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
@@ -191,5 +192,20 @@ func TestMutatePodReadsTheObjectBeforeItsKind(t *testing.T) {
 	r := decodeResponse(t, post(t, newMutator(t), "application/json", body.Bytes()))
 	if !r.Response.Allowed || r.Response.PatchType != "JSONPatch" || !bytes.Contains(r.Response.Patch, []byte(`"name":"fluentd"`)) {
 		t.Fatalf("response %+v, patch %s", r.Response, r.Response.Patch)
+	}
+}
+
+func TestMutatePodCountsInjectionsAndSkips(t *testing.T) {
+	m := newMutator(t)
+	injected := testutil.ToFloat64(injections.WithLabelValues("fluentd", "injected"))
+	skipped := testutil.ToFloat64(skips.WithLabelValues(string(inject.SkipByAnnotation)))
+	decodeResponse(t, post(t, m, "application/json", testReview(t, "admissionreview-pod.json")))
+	body := bytes.Replace(testReview(t, "admissionreview-pod.json"), []byte(`"annotations":{`), []byte(`"annotations":{"sidecar-operator.io/skip":"xxl-agent",`), 1)
+	decodeResponse(t, post(t, m, "application/json", body))
+	if got := testutil.ToFloat64(injections.WithLabelValues("fluentd", "injected")) - injected; got != 2 {
+		t.Errorf("fluentd injections counted %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(skips.WithLabelValues(string(inject.SkipByAnnotation))) - skipped; got != 1 {
+		t.Errorf("skips by annotation counted %v, want 1", got)
 	}
 }

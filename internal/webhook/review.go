@@ -35,6 +35,7 @@ type podRequest struct {
 	SubResource string
 	Namespace   string
 	Operation   string
+	DryRun      bool
 	Object      inject.PodView
 	// ObjectJSON is the pod as sent, for the rare reads the view does not cover.
 	ObjectJSON []byte
@@ -127,6 +128,8 @@ func (q *podRequest) read(s *jsonscan.Scanner) (pending bool) {
 			q.Namespace, _ = s.String()
 		case "operation":
 			q.Operation, _ = s.String()
+		case "dryRun":
+			q.DryRun, _ = s.Bool()
 		case "object":
 			start := s.Offset()
 			if q.Kind.isPod() {

@@ -187,6 +187,7 @@ func TestClusterRulesAreAnExplicitOptIn(t *testing.T) {
 	name := operator.ClusterRoleName(sc.Name)
 	waitClusterSubjects := func(want ...string) {
 		t.Helper()
+		slices.Sort(want)
 		eventually(t, 20*time.Second, func() error {
 			var crb rbacv1.ClusterRoleBinding
 			err := k8s.Get(ctx, client.ObjectKey{Name: name}, &crb)
@@ -292,6 +293,20 @@ func TestStatusCountsInjectedOutdatedAndMissedPods(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("no %s event for %s among %d events", operator.ReasonInjectionMissed, missed.Name, len(events.Items))
+	})
+
+	// The injection itself is an Event on the Sidecar.
+	eventually(t, 20*time.Second, func() error {
+		var events eventsv1.EventList
+		if err := k8s.List(ctx, &events); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == "Injected" && e.Regarding.Kind == "Sidecar" && e.Regarding.Name == sc.Name {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Injected event on Sidecar %s", sc.Name)
 	})
 
 	// A new revision makes the injected pod outdated.
