@@ -4,6 +4,8 @@
 //
 //	go run ./hack/bench -binary bin/sidecar-operator   # what make bench runs
 //	go run ./hack/bench null -addr ... -cert ... -key ...   # the null server alone
+//	go run ./hack/bench e2e        # what make bench-e2e runs, on a running control plane
+//	go run ./hack/bench operator   # what make bench-operator runs, on a fresh control plane
 package main
 
 import (
@@ -45,6 +47,8 @@ func main() {
 			name, run, args = "null server", serveNull, args[1:]
 		case "e2e":
 			name, run, args = "bench e2e", runE2E, args[1:]
+		case "operator":
+			name, run, args = "bench operator", runOperator, args[1:]
 		}
 	}
 	if err := run(args); err != nil {

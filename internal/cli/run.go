@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -19,6 +20,8 @@ import (
 func newRunCommand() *cobra.Command {
 	var (
 		kubeconfig, failurePolicy, webhookURL, serviceName string
+		qps                                                float32
+		burst                                              int
 		opts                                               operator.Options
 	)
 	cmd := &cobra.Command{
@@ -39,6 +42,15 @@ namespace. Without --tls-cert-file a throwaway serving certificate is made.`,
 			if err != nil {
 				return err
 			}
+			// The pod cache's initial list is mostly garbage once slimmed; a
+			// tighter GC keeps the peak down (make bench-operator: 157 -> 128
+			// MiB at 10,000 pods, same convergence time). GOGC overrides it.
+			if os.Getenv("GOGC") == "" {
+				debug.SetGCPercent(50)
+			}
+			// Writes grow with namespaces: client-go's default of 5 per second
+			// would take minutes to bind a thousand of them.
+			cfg.QPS, cfg.Burst = qps, burst
 			switch admissionv1.FailurePolicyType(failurePolicy) {
 			case admissionv1.Fail, admissionv1.Ignore:
 				opts.FailurePolicy = admissionv1.FailurePolicyType(failurePolicy)
@@ -88,6 +100,8 @@ namespace. Without --tls-cert-file a throwaway serving certificate is made.`,
 	f.StringVar(&opts.CAFile, "ca-file", "", "PEM CA registered as the webhook's caBundle with --tls-cert-file")
 	f.StringVar(&opts.WebhookConfigName, "webhook-config-name", "sidecar-operator", "MutatingWebhookConfiguration to keep in step")
 	f.StringVar(&failurePolicy, "failure-policy", "Fail", "webhook failurePolicy: Fail (no pod escapes injection) or Ignore")
+	f.Float32Var(&qps, "kube-api-qps", 100, "requests per second to the apiserver, sustained")
+	f.IntVar(&burst, "kube-api-burst", 200, "requests to the apiserver in a burst")
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", "address for Prometheus metrics; 0 disables them")
 	return cmd
 }

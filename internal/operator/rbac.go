@@ -113,7 +113,7 @@ func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 // sync makes the RBAC objects of one Sidecar match its injected pods.
 func (r *rbacReconciler) sync(ctx context.Context, sc *v1alpha1.Sidecar) error {
 	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.MatchingFields{indexInjectedSidecars: sc.Name}); err != nil {
+	if err := r.client.List(ctx, &pods, client.MatchingFields{indexInjectedSidecars: sc.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
 	byNamespace := map[string]map[string]bool{} // namespace -> ServiceAccounts

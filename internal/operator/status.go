@@ -85,7 +85,8 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		}
 	}
 	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods); err != nil {
+	// Read-only: no copy of every cached pod per pass.
+	if err := r.client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	seen := sets.New[string]()
