@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/operator"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 )
@@ -152,6 +155,40 @@ func applyExamples(ctx context.Context, c client.Client) error {
 		return err
 	}
 	fmt.Print(string(out))
+	return showGrants(ctx, c, &stored)
+}
+
+// showGrants waits for the RBAC the xxl-agent asks for and for the Sidecars'
+// status, and prints them: the grant covers only the pod's own namespace.
+func showGrants(ctx context.Context, c client.Client, pod *corev1.Pod) error {
+	var binding rbacv1.RoleBinding
+	key := client.ObjectKey{Namespace: pod.Namespace, Name: operator.RoleName("xxl-agent")}
+	for c.Get(ctx, key, &binding) != nil {
+		if err := sleep(ctx); err != nil {
+			return errors.New("the operator did not bind the xxl-agent's rules in time")
+		}
+	}
+	fmt.Printf("\nRoleBinding %s/%s grants ClusterRole %s to:\n", binding.Namespace, binding.Name, binding.RoleRef.Name)
+	for _, s := range binding.Subjects {
+		fmt.Printf("  %s %s/%s\n", s.Kind, s.Namespace, s.Name)
+	}
+	var list v1alpha1.SidecarList
+	for {
+		if err := c.List(ctx, &list); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(list.Items, func(sc v1alpha1.Sidecar) bool { return sc.Status.InjectedPods == 0 }) {
+			break
+		}
+		if err := sleep(ctx); err != nil {
+			return errors.New("the Sidecars' status did not count the pod in time")
+		}
+	}
+	fmt.Printf("\n%-12s %8s %9s %9s %7s\n", "SIDECAR", "MATCHED", "INJECTED", "OUTDATED", "MISSED")
+	for _, sc := range list.Items {
+		st := sc.Status
+		fmt.Printf("%-12s %8d %9d %9d %7d\n", sc.Name, st.MatchedPods, st.InjectedPods, st.OutdatedPods, st.MissedPods)
+	}
 	return nil
 }
 
