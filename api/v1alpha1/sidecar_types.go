@@ -90,6 +90,21 @@ type SidecarSpec struct {
 	// last injected pod of that ServiceAccount goes.
 	// +optional
 	RBAC *SidecarRBAC `json:"rbac,omitempty"`
+
+	// ImagePullSecret is a Secret the sidecar's images need. The operator
+	// copies it, under the same name, into every namespace where the Sidecar
+	// is injected and keeps the copy in sync; the webhook adds it to the pod's
+	// imagePullSecrets.
+	// +optional
+	ImagePullSecret *SecretReference `json:"imagePullSecret,omitempty"`
+}
+
+// SecretReference names a Secret in a namespace.
+type SecretReference struct {
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
 }
 
 // SidecarRBAC holds the rules granted to the ServiceAccounts of injected pods.

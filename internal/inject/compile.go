@@ -37,6 +37,7 @@ type compiledSidecar struct {
 	volumeNames    []string
 	appMounts      []corev1.VolumeMount
 	appMountsJSON  [][]byte
+	pullSecret     string // the name of spec.imagePullSecret, if any
 }
 
 type renderedContainer struct {
@@ -49,8 +50,8 @@ type renderedContainer struct {
 // included, so that a file and the same Sidecar in a cluster agree.
 func Revision(spec *v1alpha1.SidecarSpec) string {
 	defaulted := *spec
-	// RBAC and pull secrets change what the operator grants, not what a pod
-	// gets: changing them must not make injected pods outdated.
+	// RBAC changes what the operator grants, not what a pod gets: changing
+	// it must not make injected pods outdated.
 	defaulted.RBAC = nil
 	if defaulted.OnMissingParameters == "" {
 		defaulted.OnMissingParameters = v1alpha1.MissingParametersReject
@@ -74,6 +75,9 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		params:     spec.Parameters,
 		paramIndex: make(map[string]int, len(spec.Parameters)),
 		appMounts:  spec.AppVolumeMounts,
+	}
+	if spec.ImagePullSecret != nil {
+		c.pullSecret = spec.ImagePullSecret.Name
 	}
 	if c.onMissing == "" {
 		c.onMissing = v1alpha1.MissingParametersReject // the CRD's default

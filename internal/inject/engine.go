@@ -118,6 +118,8 @@ type plan struct {
 	addSpec     bool
 	// appMounts are the mounts added to the pod's own containers, ordered by container.
 	appMounts []appMount
+	// pullSecrets are the imagePullSecrets to add, in Sidecar order.
+	pullSecrets []string
 	denials   []string
 	denied    []string
 	warnings  []string
@@ -241,6 +243,11 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 		return p
 	}
 	p.planAppMounts()
+	for _, sel := range p.selected {
+		if name := sel.sc.pullSecret; name != "" && !pod.hasPullSecret(name) && !slices.Contains(p.pullSecrets, name) {
+			p.pullSecrets = append(p.pullSecrets, name)
+		}
+	}
 	p.status = statusJSON(&existing, p.selected)
 	p.addLabel = pod.Metadata.Labels[v1alpha1.LabelInjected] != "true"
 	return p

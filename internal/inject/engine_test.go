@@ -355,3 +355,42 @@ func compareGolden(t *testing.T, path string, podJSON []byte) {
 		t.Fatalf("%s differs; run go test ./internal/inject -update and review the diff.\ngot:\n%s", path, got)
 	}
 }
+
+func TestImagePullSecretsAreAddedOnce(t *testing.T) {
+	withSecret := func(name string) func(*v1alpha1.SidecarSpec) {
+		return func(s *v1alpha1.SidecarSpec) {
+			byLabel("app", "x")(s)
+			s.ImagePullSecret = &v1alpha1.SecretReference{Namespace: "registry", Name: name}
+		}
+	}
+	e := mustEngine(t, sidecar("a", withSecret("regcred")), sidecar("b", withSecret("regcred")), sidecar("c", withSecret("other")))
+	app := []any{map[string]any{"name": "app", "image": "app:1"}}
+	for _, tc := range []struct {
+		name string
+		have []any
+		want []string
+	}{
+		{"pod without imagePullSecrets", nil, []string{"regcred", "other"}},
+		{"pod with others", []any{map[string]any{"name": "mine"}}, []string{"mine", "regcred", "other"}},
+		{"pod that has one already", []any{map[string]any{"name": "other"}}, []string{"other", "regcred"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := map[string]any{"containers": app}
+			if tc.have != nil {
+				spec["imagePullSecrets"] = tc.have
+			}
+			_, mutated := checkBothPaths(t, e, pod(map[string]any{"labels": map[string]any{"app": "x"}}, spec), "ns")
+			p, err := decodePod(mutated)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, s := range p.Spec.ImagePullSecrets {
+				got = append(got, s.Name)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("imagePullSecrets %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -198,6 +198,28 @@ func (p *plan) writePatch(buf []byte) ([]byte, error) {
 		w.buf = append(w.buf, ']')
 		w.end()
 	}
+
+	for i, name := range p.pullSecrets {
+		switch {
+		case p.pod.Spec.ImagePullSecrets != nil:
+			w.add("/spec/imagePullSecrets/-")
+		case i == 0:
+			w.add("/spec/imagePullSecrets")
+			w.buf = append(w.buf, '[')
+		default:
+			w.buf = append(w.buf, ',')
+		}
+		w.buf = append(w.buf, `{"name":`...)
+		w.buf = appendJSONString(w.buf, name)
+		w.buf = append(w.buf, '}')
+		if p.pod.Spec.ImagePullSecrets != nil {
+			w.end()
+		}
+	}
+	if p.pod.Spec.ImagePullSecrets == nil && len(p.pullSecrets) > 0 {
+		w.buf = append(w.buf, ']')
+		w.end()
+	}
 	return w.finish(), nil
 }
 
@@ -285,6 +307,9 @@ func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
 	}
 	out.Spec.Containers = append(out.Spec.Containers, containers...)
 	out.Spec.Volumes = append(out.Spec.Volumes, volumes...)
+	for _, name := range p.pullSecrets {
+		out.Spec.ImagePullSecrets = append(out.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
+	}
 	return out, nil
 }
 

@@ -24,9 +24,10 @@ type PodView struct {
 
 // SpecView is the part of a pod's spec the engine reads.
 type SpecView struct {
-	Containers     []containerView
-	InitContainers []containerView
-	Volumes        []namedView
+	Containers       []containerView
+	InitContainers   []containerView
+	Volumes          []namedView
+	ImagePullSecrets []namedView
 }
 
 // MetadataView is the part of a pod's metadata the engine reads.
@@ -127,19 +128,23 @@ func (sp *SpecView) read(s *jsonscan.Scanner) {
 		case "initContainers":
 			readContainers(s, &sp.InitContainers)
 		case "volumes":
-			sp.Volumes = readList(s, sp.Volumes, func(s *jsonscan.Scanner, v *namedView) {
-				readFields(s, func(key []byte) bool {
-					if string(key) == "name" {
-						readString(s, &v.Name)
-						return true
-					}
-					return false
-				})
-			})
+			sp.Volumes = readList(s, sp.Volumes, readNamed)
+		case "imagePullSecrets":
+			sp.ImagePullSecrets = readList(s, sp.ImagePullSecrets, readNamed)
 		default:
 			s.Skip()
 		}
 	}
+}
+
+func readNamed(s *jsonscan.Scanner, v *namedView) {
+	readFields(s, func(key []byte) bool {
+		if string(key) == "name" {
+			readString(s, &v.Name)
+			return true
+		}
+		return false
+	})
 }
 
 func readContainers(s *jsonscan.Scanner, dst *[]containerView) {
@@ -248,6 +253,12 @@ func viewOfPod(pod *corev1.Pod) *PodView {
 			v.Spec.Volumes[i].Name = pod.Spec.Volumes[i].Name
 		}
 	}
+	if pod.Spec.ImagePullSecrets != nil {
+		v.Spec.ImagePullSecrets = make([]namedView, len(pod.Spec.ImagePullSecrets))
+		for i := range pod.Spec.ImagePullSecrets {
+			v.Spec.ImagePullSecrets[i].Name = pod.Spec.ImagePullSecrets[i].Name
+		}
+	}
 	return v
 }
 
@@ -276,6 +287,15 @@ func (v *PodView) hasContainer(name string) bool {
 	}
 	for i := range v.Spec.InitContainers {
 		if v.Spec.InitContainers[i].Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (v *PodView) hasPullSecret(name string) bool {
+	for i := range v.Spec.ImagePullSecrets {
+		if v.Spec.ImagePullSecrets[i].Name == name {
 			return true
 		}
 	}
