@@ -120,10 +120,10 @@ type plan struct {
 	appMounts []appMount
 	// pullSecrets are the imagePullSecrets to add, in Sidecar order.
 	pullSecrets []string
-	denials   []string
-	denied    []string
-	warnings  []string
-	skipped   []Skip
+	denials     []string
+	denied      []string
+	warnings    []string
+	skipped     []Skip
 
 	// Backing arrays that save allocations for typical pods.
 	selectedBuf  [4]selection
