@@ -100,6 +100,7 @@ namespace. Without --tls-cert-file a throwaway serving certificate is made.`,
 	f.StringVar(&opts.CAFile, "ca-file", "", "PEM CA registered as the webhook's caBundle with --tls-cert-file")
 	f.StringVar(&opts.WebhookConfigName, "webhook-config-name", "sidecar-operator", "MutatingWebhookConfiguration to keep in step")
 	f.StringVar(&failurePolicy, "failure-policy", "Fail", "webhook failurePolicy: Fail (no pod escapes injection) or Ignore")
+	f.DurationVar(&opts.PullSecretResync, "pull-secret-resync", operator.DefaultPullSecretResync, "how soon a change to an imagePullSecret's source reaches its copies")
 	f.Float32Var(&qps, "kube-api-qps", 100, "requests per second to the apiserver, sustained")
 	f.IntVar(&burst, "kube-api-burst", 200, "requests to the apiserver in a burst")
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", "address for Prometheus metrics; 0 disables them")

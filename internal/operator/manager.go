@@ -64,6 +64,9 @@ type Options struct {
 	Namespace string
 	// MetricsAddr serves Prometheus metrics; "0" disables it.
 	MetricsAddr string
+	// PullSecretResync is how often pull secret copies are compared with
+	// their sources; zero means DefaultPullSecretResync.
+	PullSecretResync time.Duration
 	// Listening, when set, receives the webhook's bound address.
 	Listening func(net.Addr)
 }
@@ -106,6 +109,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			&rbacv1.ClusterRole{}:        {Label: managedSelector},
 			&rbacv1.ClusterRoleBinding{}: {Label: managedSelector},
 			&rbacv1.RoleBinding{}:        {Label: managedSelector},
+			&corev1.Secret{}:             {Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: managedBy, LabelPullSecretCopy: "true"})},
 		}},
 	})
 	if err != nil {
@@ -127,7 +131,11 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		l, _ := nsLabels(ns)
 		return ns == "kube-system" || ns == opts.Namespace && ns != "" || l[LabelWebhook] == "disabled"
 	}
-	if err := addFleetControllers(mgr, engines, nsLabels, excluded, log); err != nil {
+	resync := opts.PullSecretResync
+	if resync == 0 {
+		resync = DefaultPullSecretResync
+	}
+	if err := addFleetControllers(mgr, engines, nsLabels, excluded, resync, log); err != nil {
 		return err
 	}
 
@@ -205,7 +213,7 @@ var managedSelector = labels.SelectorFromSet(labels.Set{LabelManagedBy: managedB
 
 // addFleetControllers adds the RBAC and status controllers, which follow the
 // injected pods across the cluster.
-func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, nsLabels inject.NamespaceLabelsFunc, excluded func(string) bool, log logr.Logger) error {
+func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, nsLabels inject.NamespaceLabelsFunc, excluded func(string) bool, resync time.Duration, log logr.Logger) error {
 	ctx := context.Background()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, indexInjectedSidecars, injectedSidecarNames); err != nil {
 		return err
@@ -235,6 +243,19 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Watches(&rbacv1.ClusterRoleBinding{}, ownerSidecar).
 		Watches(&rbacv1.RoleBinding{}, ownerSidecar).
 		Complete(&rbacReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), conditions: book, log: log.WithName("rbac")}); err != nil {
+		return err
+	}
+
+	toPullSecrets := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{pullSecretsKey}
+	})
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("pullsecrets").
+		Watches(&v1alpha1.Sidecar{}, toPullSecrets).
+		Watches(&corev1.Pod{}, toPullSecrets, builder.WithPredicates(injectionChanged())).
+		Watches(&corev1.Secret{}, toPullSecrets).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(&pullSecretReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), resync: resync, log: log.WithName("pullsecrets")}); err != nil {
 		return err
 	}
 

@@ -82,6 +82,7 @@ func run(m *testing.M) int {
 			Target:            operator.WebhookTarget{URL: webhookURL},
 			FailurePolicy:     admissionv1.Fail,
 			MetricsAddr:       "0",
+			PullSecretResync:  time.Second,
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "operator stopped:", err)
