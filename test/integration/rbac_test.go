@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/operator"
@@ -250,6 +251,32 @@ func TestHandMadeObjectsAreNeverTakenOver(t *testing.T) {
 	}
 }
 
+// gaugeValue reads a gauge of controller-runtime's registry, which the
+// operator under test shares with this process.
+func gaugeValue(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue metric
+				}
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s%v in the registry", name, labels)
+	return 0
+}
+
 func TestStatusCountsInjectedOutdatedAndMissedPods(t *testing.T) {
 	ctx := context.Background()
 	sc := agentSidecar(nil)
@@ -294,6 +321,11 @@ func TestStatusCountsInjectedOutdatedAndMissedPods(t *testing.T) {
 		}
 		return fmt.Errorf("no %s event for %s among %d events", operator.ReasonInjectionMissed, missed.Name, len(events.Items))
 	})
+
+	// The same figures are metrics on the manager's registry.
+	if got := gaugeValue(t, "sidecar_operator_sidecar_pods", map[string]string{"sidecar": sc.Name, "state": "missed"}); got != 1 {
+		t.Fatalf("missed pods gauge %v, want 1", got)
+	}
 
 	// The injection itself is an Event on the Sidecar.
 	eventually(t, 20*time.Second, func() error {
