@@ -54,6 +54,40 @@ func NewCA(commonName string, validity time.Duration) (*CA, error) {
 	return &CA{Cert: cert, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key: key}, nil
 }
 
+// KeyPEM returns the CA's private key, PEM-encoded, for storing the CA.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(ca.key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
+
+// LoadCA reads a CA stored with CertPEM and KeyPEM.
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("CA key is %T, want ECDSA", pair.PrivateKey)
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, err
+	}
+	if !cert.IsCA {
+		return nil, fmt.Errorf("certificate %q is not a CA", cert.Subject.CommonName)
+	}
+	return &CA{Cert: cert, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), key: key}, nil
+}
+
+// ServiceHosts are the names a Service is reached by inside a cluster.
+func ServiceHosts(service, namespace string) []string {
+	return []string{service, service + "." + namespace, service + "." + namespace + ".svc", service + "." + namespace + ".svc.cluster.local"}
+}
+
 // Serving is a serving certificate and its key, PEM-encoded.
 type Serving struct {
 	CertPEM []byte

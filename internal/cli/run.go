@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 	"github.com/sidecar-operator/sidecar-operator/internal/operator"
 )
 
@@ -66,7 +67,7 @@ namespace. Without --tls-cert-file a throwaway serving certificate is made.`,
 					return fmt.Errorf("POD_NAMESPACE must be set in a cluster (use the downward API)")
 				}
 				opts.Target = operator.WebhookTarget{ServiceNamespace: opts.Namespace, ServiceName: serviceName}
-				opts.WebhookHosts = serviceHosts(serviceName, opts.Namespace)
+				opts.WebhookHosts = certs.ServiceHosts(serviceName, opts.Namespace)
 			} else {
 				if webhookURL == "" {
 					host, port, err := net.SplitHostPort(opts.WebhookAddr)
@@ -120,8 +121,4 @@ func restConfig(kubeconfig string) (*rest.Config, bool, error) {
 		return nil, false, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
 	}
 	return cfg, true, nil
-}
-
-func serviceHosts(svc, ns string) []string {
-	return []string{svc + "." + ns + ".svc", svc, svc + "." + ns, svc + "." + ns + ".svc.cluster.local"}
 }
