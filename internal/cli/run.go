@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -21,6 +22,7 @@ import (
 func newRunCommand() *cobra.Command {
 	var (
 		kubeconfig, failurePolicy, webhookURL, serviceName string
+		certMode, namespace                                string
 		qps                                                float32
 		burst                                              int
 		opts                                               operator.Options
@@ -33,7 +35,19 @@ keeps the MutatingWebhookConfiguration pointing at it.
 
 Outside a cluster (--kubeconfig, or $KUBECONFIG) the webhook is registered by
 URL at --webhook-addr; inside, through the Service --service-name in the pod's
-namespace. Without --tls-cert-file a throwaway serving certificate is made.`,
+namespace.
+
+Certificates (--cert-mode):
+  self          the default: the elected leader keeps a CA and a serving
+                certificate in the Secret --cert-secret, renews each at 2/3 of
+                its life, trusts the old and the new CA across a CA rotation,
+                and patches the caBundle into the webhook configuration; every
+                replica reloads the certificate without a restart.
+  files         serve --tls-cert-file/--tls-private-key-file (reloaded when
+                they change) and register --ca-file as the caBundle.
+  cert-manager  serve the files cert-manager writes; its CA injector sets the
+                caBundle (the manifests carry its annotation).
+Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io/rotate=ca (or leaf)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if kubeconfig == "" {
@@ -58,13 +72,25 @@ namespace. Without --tls-cert-file a throwaway serving certificate is made.`,
 			default:
 				return fmt.Errorf("--failure-policy: want Fail or Ignore, got %q", failurePolicy)
 			}
-			if (opts.TLSCertFile == "") != (opts.TLSKeyFile == "") {
-				return fmt.Errorf("--tls-cert-file and --tls-private-key-file go together")
+			switch opts.CertMode = operator.CertMode(certMode); opts.CertMode {
+			case operator.CertModeSelf:
+				if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
+					return fmt.Errorf("--tls-cert-file is for --cert-mode files or cert-manager")
+				}
+			case operator.CertModeFiles, operator.CertModeCertManager:
+				if opts.TLSCertFile == "" || opts.TLSKeyFile == "" {
+					return fmt.Errorf("--cert-mode %s needs --tls-cert-file and --tls-private-key-file", certMode)
+				}
+			default:
+				return fmt.Errorf("--cert-mode: want self, files or cert-manager, got %q", certMode)
 			}
+			opts.Namespace = namespace
 			if inCluster {
-				opts.Namespace = os.Getenv("POD_NAMESPACE")
 				if opts.Namespace == "" {
-					return fmt.Errorf("POD_NAMESPACE must be set in a cluster (use the downward API)")
+					opts.Namespace = os.Getenv("POD_NAMESPACE")
+				}
+				if opts.Namespace == "" {
+					return fmt.Errorf("set POD_NAMESPACE (with the downward API) or --namespace in a cluster")
 				}
 				opts.Target = operator.WebhookTarget{ServiceNamespace: opts.Namespace, ServiceName: serviceName}
 				opts.WebhookHosts = certs.ServiceHosts(serviceName, opts.Namespace)
@@ -85,6 +111,10 @@ namespace. Without --tls-cert-file a throwaway serving certificate is made.`,
 				}
 				opts.Target = operator.WebhookTarget{URL: webhookURL}
 				opts.WebhookHosts = []string{u.Hostname(), "localhost"}
+				if opts.Namespace == "" {
+					opts.Namespace = "sidecar-operator-system"
+				}
+				opts.CreateNamespace = true
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -96,7 +126,17 @@ namespace. Without --tls-cert-file a throwaway serving certificate is made.`,
 	f.StringVar(&opts.WebhookAddr, "webhook-addr", "127.0.0.1:9443", "host:port the webhook listens on (use :9443 in a cluster)")
 	f.StringVar(&webhookURL, "webhook-url", "", "base URL the apiserver calls outside a cluster (default https://<webhook-addr>)")
 	f.StringVar(&serviceName, "service-name", "sidecar-operator", "Service in front of the webhook, inside a cluster")
-	f.StringVar(&opts.TLSCertFile, "tls-cert-file", "", "PEM serving certificate; empty generates a throwaway one")
+	f.StringVar(&certMode, "cert-mode", string(operator.CertModeSelf), "who makes the serving certificate: self, files or cert-manager")
+	f.StringVar(&opts.CertSecret, "cert-secret", "sidecar-operator-certs", "Secret holding the CA and serving certificate (--cert-mode self)")
+	f.DurationVar(&opts.Certificates.CAValidity, "ca-validity", 365*24*time.Hour, "lifetime of a new CA; replaced at 2/3 of it")
+	f.DurationVar(&opts.Certificates.LeafValidity, "cert-validity", 90*24*time.Hour, "lifetime of a new serving certificate; renewed at 2/3 of it")
+	f.DurationVar(&opts.Certificates.PublishDelay, "ca-publish-delay", 10*time.Second, "how long a new CA is trusted before the serving certificate moves to it")
+	f.StringVar(&namespace, "namespace", "", "namespace of the certificate Secret and the leader lease (default: POD_NAMESPACE in a cluster, sidecar-operator-system outside, created if missing)")
+	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to write; every replica serves the webhook")
+	f.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a leader's lease lasts without renewal")
+	f.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before giving up")
+	f.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire the lease")
+	f.StringVar(&opts.TLSCertFile, "tls-cert-file", "", "PEM serving certificate (--cert-mode files or cert-manager)")
 	f.StringVar(&opts.TLSKeyFile, "tls-private-key-file", "", "PEM private key of --tls-cert-file")
 	f.StringVar(&opts.CAFile, "ca-file", "", "PEM CA registered as the webhook's caBundle with --tls-cert-file")
 	f.StringVar(&opts.WebhookConfigName, "webhook-config-name", "sidecar-operator", "MutatingWebhookConfiguration to keep in step")

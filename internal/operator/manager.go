@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"bytes"
 	"context"
 
 	"crypto/tls"
@@ -14,6 +15,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,10 +23,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -36,7 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
-	"github.com/sidecar-operator/sidecar-operator/internal/certs"
+	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
@@ -47,21 +51,39 @@ import (
 type Options struct {
 	// WebhookAddr is where the webhook listens.
 	WebhookAddr string
-	// TLSCertFile and TLSKeyFile serve the webhook; when both are empty a
-	// throwaway CA and serving certificate are generated for WebhookHosts.
+	// CertMode says who makes the serving certificate: CertModeSelf (the
+	// default) keeps and rotates it in CertSecret; CertModeFiles serves
+	// TLSCertFile and TLSKeyFile, registering CAFile as the caBundle;
+	// CertModeCertManager serves files that cert-manager writes and leaves
+	// the caBundle to its CA injector.
+	CertMode CertMode
+	// TLSCertFile and TLSKeyFile serve the webhook in the file modes; they
+	// are reloaded when they change.
 	TLSCertFile, TLSKeyFile string
-	// CAFile is the caBundle registered with given certificates.
+	// CAFile is the caBundle registered in CertModeFiles.
 	CAFile string
-	// WebhookHosts are the serving certificate's names when one is generated.
+	// CertSecret names the Secret in Namespace of CertModeSelf.
+	CertSecret string
+	// Certificates are the lifetimes and timing of CertModeSelf.
+	Certificates certrotation.Options
+	// WebhookHosts are the serving certificate's names in CertModeSelf.
 	WebhookHosts []string
+	// LeaderElection makes one replica write; every replica serves.
+	LeaderElection bool
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election;
+	// zero keeps controller-runtime's defaults.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// WebhookConfigName names the MutatingWebhookConfiguration kept in step.
 	WebhookConfigName string
 	// Target is how the apiserver reaches the webhook.
 	Target WebhookTarget
 	// FailurePolicy of the registered webhook.
 	FailurePolicy admissionv1.FailurePolicyType
-	// Namespace the operator runs in, excluded from injection; empty outside a cluster.
+	// Namespace the operator runs in: it holds the certificate Secret and the
+	// leader lease, and is excluded from injection.
 	Namespace string
+	// CreateNamespace creates Namespace if it is missing, for runs outside a cluster.
+	CreateNamespace bool
 	// MetricsAddr serves Prometheus metrics; "0" disables it.
 	MetricsAddr string
 	// PullSecretResync is how often pull secret copies are compared with
@@ -70,6 +92,16 @@ type Options struct {
 	// Listening, when set, receives the webhook's bound address.
 	Listening func(net.Addr)
 }
+
+// CertMode says who makes the webhook's serving certificate.
+type CertMode string
+
+// Certificate modes.
+const (
+	CertModeSelf        CertMode = "self"
+	CertModeFiles       CertMode = "files"
+	CertModeCertManager CertMode = "cert-manager"
+)
 
 // Scheme holds every type the manager reads.
 func Scheme() *runtime.Scheme {
@@ -92,24 +124,38 @@ var namespaceMeta = func() *metav1.PartialObjectMetadata {
 // Run starts the manager and blocks until ctx is done.
 func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	log := ctrl.Log.WithName("operator")
-	tlsConfig, caBundle, err := servingTLS(opts)
-	if err != nil {
-		return err
+	if opts.CertMode == "" {
+		opts.CertMode = CertModeSelf
+	}
+	if opts.Namespace == "" && (opts.CertMode == CertModeSelf || opts.LeaderElection) {
+		return errors.New("a namespace is needed for the certificate Secret and the leader lease")
+	}
+	if opts.CreateNamespace {
+		if err := ensureNamespace(ctx, cfg, opts.Namespace); err != nil {
+			return err
+		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 Scheme(),
-		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
-		HealthProbeBindAddress: "0", // the webhook server serves /healthz and /readyz
+		Scheme:                        Scheme(),
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress:        "0", // the webhook server serves /healthz and /readyz
+		LeaderElection:                opts.LeaderElection,
+		LeaderElectionID:              "sidecar-operator-leader",
+		LeaderElectionNamespace:       opts.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 nonZero(opts.LeaseDuration),
+		RenewDeadline:                 nonZero(opts.RenewDeadline),
+		RetryPeriod:                   nonZero(opts.RetryPeriod),
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Namespace labels are read on the hot path: no copy per read.
 			namespaceMeta(): {UnsafeDisableDeepCopy: ptr.To(true)},
 			// Pods are the cost centre: keep only what is read.
 			&corev1.Pod{}: {Transform: slimPod},
-			// Only the RBAC objects the operator owns.
+			// Only the objects the operator owns.
 			&rbacv1.ClusterRole{}:        {Label: managedSelector},
 			&rbacv1.ClusterRoleBinding{}: {Label: managedSelector},
 			&rbacv1.RoleBinding{}:        {Label: managedSelector},
-			&corev1.Secret{}:             {Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: managedBy, LabelPullSecretCopy: "true"})},
+			&corev1.Secret{}:             {Label: managedSelector},
 		}},
 	})
 	if err != nil {
@@ -123,6 +169,25 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		For(&v1alpha1.Sidecar{}).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
 		Complete(builder); err != nil {
+		return err
+	}
+	// Every replica loads every Sidecar and namespace before answering a
+	// review, even when there is no Sidecar to trigger the engine controller.
+	loaded := make(chan struct{})
+	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
+		if _, err := mgr.GetCache().GetInformer(ctx, namespaceMeta()); err != nil {
+			return err
+		}
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return ctx.Err()
+		}
+		if err := builder.rebuild(ctx); err != nil {
+			return err
+		}
+		close(loaded)
+		<-ctx.Done()
+		return nil
+	})); err != nil {
 		return err
 	}
 
@@ -139,33 +204,15 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return err
 	}
 
-	registered := make(chan struct{})
-	var registerErr error
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		// Load every Sidecar and namespace before answering a review.
-		if _, err := mgr.GetCache().GetInformer(ctx, namespaceMeta()); err != nil {
-			return err
-		}
-		if !mgr.GetCache().WaitForCacheSync(ctx) {
-			return ctx.Err()
-		}
-		if err := builder.rebuild(ctx); err != nil {
-			return err
-		}
-		excluded := []string{}
-		if opts.Namespace != "" {
-			excluded = append(excluded, opts.Namespace)
-		}
-		want := MutatingWebhookConfiguration(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, excluded...)
-		registerErr = ensureWebhookConfiguration(ctx, mgr.GetClient(), want)
-		close(registered)
-		if registerErr != nil {
-			return registerErr
-		}
-		log.Info("webhook registered", "configuration", opts.WebhookConfigName)
-		<-ctx.Done()
-		return nil
-	})); err != nil {
+	var excludedNamespaces []string
+	if opts.Namespace != "" {
+		excludedNamespaces = append(excludedNamespaces, opts.Namespace)
+	}
+	desired := func(caBundle []byte) *admissionv1.MutatingWebhookConfiguration {
+		return MutatingWebhookConfiguration(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, excludedNamespaces...)
+	}
+	tlsConfig, published, err := setUpCertificates(mgr, opts, desired, log)
+	if err != nil {
 		return err
 	}
 
@@ -185,20 +232,139 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		},
 		Ready: func() error {
 			select {
-			case <-registered:
-				if registerErr != nil {
-					return registerErr
-				}
-				return nil
+			case <-loaded:
 			default:
-				return errors.New("waiting for the cache and the webhook configuration")
+				return errors.New("waiting for the cache")
 			}
+			return published(ctx)
 		},
 	}
 	if err := mgr.Add(server); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// setUpCertificates returns the webhook's TLS configuration and a check that
+// the apiserver trusts what is served, and adds what keeps both current.
+func setUpCertificates(mgr manager.Manager, opts Options, desired func([]byte) *admissionv1.MutatingWebhookConfiguration, log logr.Logger) (*tls.Config, func(context.Context) error, error) {
+	trusted := func(ctx context.Context, issuer []byte) error {
+		var have admissionv1.MutatingWebhookConfiguration
+		if err := mgr.GetCache().Get(ctx, client.ObjectKey{Name: opts.WebhookConfigName}, &have); err != nil {
+			return fmt.Errorf("MutatingWebhookConfiguration %s: %w", opts.WebhookConfigName, err)
+		}
+		for _, w := range have.Webhooks {
+			if issuer != nil && !bytes.Contains(w.ClientConfig.CABundle, issuer) {
+				return fmt.Errorf("the caBundle of %s does not hold the CA of the served certificate yet", opts.WebhookConfigName)
+			}
+		}
+		return nil
+	}
+
+	if opts.CertMode == CertModeSelf {
+		secret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.CertSecret}
+		certOpts := opts.Certificates
+		certOpts.Secret, certOpts.Hosts = secret, opts.WebhookHosts
+		certOpts.Labels = map[string]string{LabelManagedBy: managedBy}
+		keeper := &certrotation.Keeper{Client: mgr.GetCache(), Secret: secret, Log: log.WithName("certificates")}
+		isSecret := predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetNamespace() == secret.Namespace && o.GetName() == secret.Name
+		})
+		if err := ctrl.NewControllerManagedBy(mgr).
+			Named("certificate-keeper").
+			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(constantRequest(secret)), builder.WithPredicates(isSecret)).
+			WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
+			Complete(keeper); err != nil {
+			return nil, nil, err
+		}
+		rotator := &certrotation.Rotator{
+			Client: mgr.GetClient(), Opts: certOpts, Log: log.WithName("certificates"),
+			Publish: func(ctx context.Context, bundle []byte) error {
+				return ensureWebhookConfiguration(ctx, mgr.GetClient(), desired(bundle))
+			},
+		}
+		isConfig := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == opts.WebhookConfigName })
+		if err := ctrl.NewControllerManagedBy(mgr).
+			Named("certificate-rotator").
+			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(constantRequest(secret)), builder.WithPredicates(isSecret)).
+			// Someone else's write to the configuration, a GitOps sync say, is repaired.
+			Watches(&admissionv1.MutatingWebhookConfiguration{}, handler.EnqueueRequestsFromMapFunc(constantRequest(secret)), builder.WithPredicates(isConfig)).
+			WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+				q.Add(reconcile.Request{NamespacedName: secret}) // the first pass creates the Secret
+				return nil
+			})).
+			WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+			Complete(rotator); err != nil {
+			return nil, nil, err
+		}
+		tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: keeper.GetCertificate}
+		return tlsConfig, func(ctx context.Context) error {
+			issuer := keeper.Issuer()
+			if issuer == nil {
+				return errors.New("no serving certificate loaded yet")
+			}
+			return trusted(ctx, issuer)
+		}, nil
+	}
+
+	watcher, err := certwatcher.New(opts.TLSCertFile, opts.TLSKeyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tls-cert-file/--tls-private-key-file: %w", err)
+	}
+	if err := mgr.Add(watcher); err != nil {
+		return nil, nil, err
+	}
+	caBundle, err := readOptional(opts.CAFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading --ca-file: %w", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		want := desired(caBundle)
+		if opts.CertMode == CertModeCertManager {
+			want = desired(nil) // cert-manager's CA injector owns the caBundle
+		}
+		if err := ensureWebhookConfiguration(ctx, mgr.GetClient(), want); err != nil {
+			return err
+		}
+		log.Info("webhook registered", "configuration", opts.WebhookConfigName)
+		return nil
+	})); err != nil {
+		return nil, nil, err
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: watcher.GetCertificate}
+	return tlsConfig, func(ctx context.Context) error { return trusted(ctx, nil) }, nil
+}
+
+func constantRequest(key types.NamespacedName) handler.TypedMapFunc[client.Object, reconcile.Request] {
+	return func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: key}}
+	}
+}
+
+// everyReplica is a runnable that runs whether or not this replica leads.
+type everyReplica func(context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (everyReplica) NeedLeaderElection() bool          { return false }
+
+func nonZero(d time.Duration) *time.Duration {
+	if d == 0 {
+		return nil
+	}
+	return &d
+}
+
+// ensureNamespace creates the operator's namespace outside a cluster.
+func ensureNamespace(ctx context.Context, cfg *rest.Config, name string) error {
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return err
+	}
+	err = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	return nil
 }
 
 func namespaceLabels(r client.Reader, name string) (map[string]string, bool) {
@@ -304,34 +470,6 @@ func injectionChanged() predicate.Predicate {
 				terminated(oldPod) != terminated(newPod)
 		},
 	}
-}
-
-// servingTLS loads the given serving certificate or generates a throwaway one.
-func servingTLS(opts Options) (*tls.Config, []byte, error) {
-	if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
-		pair, err := tls.LoadX509KeyPair(opts.TLSCertFile, opts.TLSKeyFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("loading --tls-cert-file/--tls-private-key-file: %w", err)
-		}
-		caBundle, err := readOptional(opts.CAFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("reading --ca-file: %w", err)
-		}
-		return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, caBundle, nil
-	}
-	ca, err := certs.NewCA("sidecar-operator throwaway CA", 24*time.Hour)
-	if err != nil {
-		return nil, nil, err
-	}
-	serving, err := ca.Issue(opts.WebhookHosts, 24*time.Hour)
-	if err != nil {
-		return nil, nil, err
-	}
-	pair, err := serving.TLSCertificate()
-	if err != nil {
-		return nil, nil, err
-	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, ca.CertPEM, nil
 }
 
 func readOptional(path string) ([]byte, error) {

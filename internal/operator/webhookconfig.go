@@ -14,7 +14,8 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;create;update
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
 
 // LabelWebhook on a namespace set to "disabled" keeps the webhook out of it.
 const LabelWebhook = "sidecar-operator.io/webhook"

@@ -24,10 +24,15 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 
+	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
 	"github.com/sidecar-operator/sidecar-operator/internal/operator"
 )
 
-const webhookConfigName = "sidecar-operator"
+const (
+	webhookConfigName = "sidecar-operator"
+	operatorNamespace = "sidecar-operator-system"
+	certSecret        = "sidecar-operator-certs"
+)
 
 var (
 	cfg        *rest.Config
@@ -78,6 +83,11 @@ func run(m *testing.M) int {
 		err := operator.Run(ctx, cfg, operator.Options{
 			WebhookAddr:       addr,
 			WebhookHosts:      []string{"127.0.0.1"},
+			Namespace:         operatorNamespace,
+			CreateNamespace:   true,
+			CertSecret:        certSecret,
+			Certificates:      certrotation.Options{PublishDelay: time.Second},
+			LeaderElection:    true,
 			WebhookConfigName: webhookConfigName,
 			Target:            operator.WebhookTarget{URL: webhookURL},
 			FailurePolicy:     admissionv1.Fail,
