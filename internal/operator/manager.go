@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -91,6 +92,11 @@ type Options struct {
 	PullSecretResync time.Duration
 	// Listening, when set, receives the webhook's bound address.
 	Listening func(net.Addr)
+	// Elected, when set, is called once this replica leads.
+	Elected func()
+	// SeveralInProcess lets more than one operator run in one process, as
+	// replicas do in tests; controller names are then not checked for clashes.
+	SeveralInProcess bool
 }
 
 // CertMode says who makes the webhook's serving certificate.
@@ -143,6 +149,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		LeaderElectionID:              "sidecar-operator-leader",
 		LeaderElectionNamespace:       opts.Namespace,
 		LeaderElectionReleaseOnCancel: true,
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(opts.SeveralInProcess)},
 		LeaseDuration:                 nonZero(opts.LeaseDuration),
 		RenewDeadline:                 nonZero(opts.RenewDeadline),
 		RetryPeriod:                   nonZero(opts.RetryPeriod),
@@ -214,6 +221,16 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	tlsConfig, published, err := setUpCertificates(mgr, opts, desired, log)
 	if err != nil {
 		return err
+	}
+
+	if opts.Elected != nil {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			opts.Elected() // runnables that need leader election start only once elected
+			<-ctx.Done()
+			return nil
+		})); err != nil {
+			return err
+		}
 	}
 
 	cacheReader := mgr.GetCache()

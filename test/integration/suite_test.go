@@ -88,6 +88,7 @@ func run(m *testing.M) int {
 			CertSecret:        certSecret,
 			Certificates:      certrotation.Options{PublishDelay: time.Second},
 			LeaderElection:    true,
+			SeveralInProcess:  true,
 			WebhookConfigName: webhookConfigName,
 			Target:            operator.WebhookTarget{URL: webhookURL},
 			FailurePolicy:     admissionv1.Fail,

@@ -1,0 +1,278 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
+	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+)
+
+// front is a loopback TCP load balancer, standing in for a Service: each
+// connection goes to the next backend that accepts it.
+type front struct {
+	ln       net.Listener
+	backends []string
+	next     atomic.Int64
+}
+
+func startFront(t *testing.T, backends ...string) *front {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &front{ln: ln, backends: backends}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go f.forward(conn)
+		}
+	}()
+	return f
+}
+
+func (f *front) forward(conn net.Conn) {
+	defer conn.Close()
+	for range f.backends {
+		addr := f.backends[int(f.next.Add(1))%len(f.backends)]
+		backend, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			continue // a dead replica: the next one
+		}
+		defer backend.Close()
+		done := make(chan struct{}, 2)
+		go func() { _, _ = io.Copy(backend, conn); done <- struct{}{} }()
+		go func() { _, _ = io.Copy(conn, backend); done <- struct{}{} }()
+		<-done
+		return
+	}
+}
+
+type replica struct {
+	name    string
+	addr    string
+	cancel  context.CancelFunc
+	done    chan struct{}
+	elected atomic.Bool
+	leadAt  atomic.Int64 // unix nanoseconds
+}
+
+// servedBy reads the certificate a replica presents.
+func servedBy(t *testing.T, addr string) *x509.Certificate {
+	t.Helper()
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reading the certificate, not trusting it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0]
+}
+
+// TestTwoReplicas runs two `run` replicas behind one address: one leads, both
+// serve, and pods created in a loop all get their sidecar across a leaf
+// renewal, a CA rotation and the death of the leader.
+func TestTwoReplicas(t *testing.T) {
+	ctx := context.Background()
+	const (
+		namespace = "sidecar-operator-ha"
+		secret    = "ha-certs"
+		config    = "sidecar-operator-ha"
+		lease     = 4 * time.Second
+	)
+	addrs := make([]string, 2)
+	for i := range addrs {
+		addr, err := freeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = addr
+	}
+	lb := startFront(t, addrs...)
+	replicas := make([]*replica, 2)
+	for i := range replicas {
+		r := &replica{name: fmt.Sprintf("replica-%d", i), addr: addrs[i], done: make(chan struct{})}
+		replicas[i] = r
+		rctx, cancel := context.WithCancel(ctx)
+		r.cancel = cancel
+		go func() {
+			defer close(r.done)
+			err := operator.Run(rctx, cfg, operator.Options{
+				WebhookAddr:       r.addr,
+				WebhookHosts:      []string{"127.0.0.1"},
+				WebhookConfigName: config,
+				Target:            operator.WebhookTarget{URL: "https://" + lb.ln.Addr().String()},
+				FailurePolicy:     admissionv1.Fail,
+				Namespace:         namespace,
+				CreateNamespace:   true,
+				CertSecret:        secret,
+				Certificates:      certrotation.Options{PublishDelay: time.Second},
+				LeaderElection:    true,
+				LeaseDuration:     lease,
+				RenewDeadline:     3 * time.Second,
+				RetryPeriod:       500 * time.Millisecond,
+				MetricsAddr:       "0",
+				SeveralInProcess:  true,
+				Elected: func() {
+					r.leadAt.Store(time.Now().UnixNano())
+					r.elected.Store(true)
+				},
+			})
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("%s stopped: %v", r.name, err)
+			}
+		}()
+		t.Cleanup(func() { cancel(); <-r.done })
+	}
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
+	})
+	for _, r := range replicas {
+		if err := waitReady("https://"+r.addr, 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	leaders := func() []*replica {
+		var out []*replica
+		for _, r := range replicas {
+			if r.elected.Load() {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	eventually(t, 20*time.Second, func() error {
+		if n := len(leaders()); n != 1 {
+			return fmt.Errorf("%d leaders", n)
+		}
+		return nil
+	})
+	time.Sleep(2 * time.Second)
+	if n := len(leaders()); n != 1 {
+		t.Fatalf("%d leaders after settling, want exactly 1", n)
+	}
+	leader := leaders()[0]
+
+	applySidecar(t, exampleSidecars(t)["fluentd"])
+	ns := createNamespace(t, nil)
+	var created, failed atomic.Int64
+	var failures sync.Map
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "ha-", Namespace: ns, Labels: map[string]string{"logging": "fluentd"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+			}
+			err := k8s.Create(ctx, pod)
+			if err == nil && !strings.Contains(pod.Annotations[v1alpha1.AnnotationStatus], "fluentd") {
+				err = fmt.Errorf("pod %s not injected", pod.Name)
+			}
+			created.Add(1)
+			if err != nil {
+				failed.Add(1)
+				failures.Store(err.Error(), true)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	forceHA := func(what string) {
+		t.Helper()
+		var s corev1.Secret
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: secret}, &s); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(s.DeepCopy())
+		s.Annotations = map[string]string{certrotation.AnnotationRotate: what}
+		if err := k8s.Patch(ctx, &s, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bothServe := func(ok func(*x509.Certificate) error) {
+		t.Helper()
+		eventually(t, 20*time.Second, func() error {
+			for _, r := range replicas {
+				if err := ok(servedBy(t, r.addr)); err != nil {
+					return fmt.Errorf("%s: %w", r.name, err)
+				}
+			}
+			return nil
+		})
+	}
+
+	// 1. Forced leaf renewal: both replicas serve the new certificate.
+	before := servedBy(t, replicas[0].addr)
+	forceHA("leaf")
+	bothServe(func(c *x509.Certificate) error {
+		if c.Equal(before) {
+			return errors.New("still the old certificate")
+		}
+		return nil
+	})
+	// 2. Forced CA rotation: both replicas serve a certificate of the new CA.
+	issuer := servedBy(t, replicas[0].addr).Issuer.CommonName
+	forceHA("ca")
+	bothServe(func(c *x509.Certificate) error {
+		if c.Issuer.CommonName == issuer {
+			return errors.New("still a certificate of the old CA")
+		}
+		return nil
+	})
+	// 3. The leader dies: the other takes over within the lease duration.
+	died := time.Now()
+	leader.cancel()
+	<-leader.done
+	var follower *replica
+	for _, r := range replicas {
+		if r != leader {
+			follower = r
+		}
+	}
+	eventually(t, 2*lease, func() error {
+		if !follower.elected.Load() {
+			return errors.New("no new leader yet")
+		}
+		return nil
+	})
+	handover := time.Duration(follower.leadAt.Load() - died.UnixNano())
+	time.Sleep(2 * time.Second) // pods keep coming through the survivor
+	close(stop)
+	wg.Wait()
+
+	if handover > lease {
+		t.Errorf("handover took %s, more than the %s lease", handover, lease)
+	}
+	if created.Load() < 50 || failed.Load() > 0 {
+		var msgs []string
+		failures.Range(func(k, _ any) bool { msgs = append(msgs, k.(string)); return true })
+		t.Fatalf("%d creates, %d failed: %v", created.Load(), failed.Load(), msgs)
+	}
+	t.Logf("%d pods created, all injected; leadership handed over in %s", created.Load(), handover.Round(time.Millisecond))
+}
