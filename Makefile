@@ -17,6 +17,7 @@ generate: ## Regenerate deepcopy code, the CRD and the operator's ClusterRole.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd:maxDescLen=0 paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=sidecar-operator paths=./internal/... output:rbac:artifacts:config=config/rbac
+	go run ./hack/gen-webhook
 
 .PHONY: verify-generated
 verify-generated: generate ## Fail if generated files differ from the committed ones.

@@ -6,6 +6,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -19,6 +20,13 @@ import (
 
 // LabelWebhook on a namespace set to "disabled" keeps the webhook out of it.
 const LabelWebhook = "sidecar-operator.io/webhook"
+
+// DefaultFailurePolicy is Fail: a pod that should get a sidecar, for example
+// the log shipper or the agent its RBAC was granted for, is never admitted
+// without it. The operator runs two replicas behind a PodDisruptionBudget so
+// that Fail does not block pod creation; Ignore trades missed injections,
+// which the status controller reports, for availability.
+const DefaultFailurePolicy = admissionv1.Fail
 
 // WebhookTarget says where the apiserver reaches the webhook: a URL, or a Service.
 type WebhookTarget struct {
@@ -57,6 +65,11 @@ func MutatingWebhookConfiguration(name string, target WebhookTarget, caBundle []
 					Scope: ptr.To(admissionv1.NamespacedScope),
 				},
 			}},
+			// Pods that skip every sidecar need no round trip.
+			MatchConditions: []admissionv1.MatchCondition{{
+				Name:       "not-skipping-every-sidecar",
+				Expression: `!has(object.metadata.annotations) || object.metadata.annotations[?'sidecar-operator.io/skip'].orValue('') != '*'`,
+			}},
 			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 				{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: excluded},
 				{Key: LabelWebhook, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"disabled"}},
@@ -66,7 +79,8 @@ func MutatingWebhookConfiguration(name string, target WebhookTarget, caBundle []
 }
 
 // ensureWebhookConfiguration creates the configuration or brings an existing
-// one to the desired webhooks, keeping its metadata.
+// one to the desired webhooks, keeping its metadata. A desired webhook with no
+// caBundle keeps the one it has: cert-manager's CA injector sets it.
 func ensureWebhookConfiguration(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration) error {
 	var have admissionv1.MutatingWebhookConfiguration
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
@@ -76,6 +90,16 @@ func ensureWebhookConfiguration(ctx context.Context, c client.Client, want *admi
 	if err != nil {
 		return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", want.Name, err)
 	}
-	have.Webhooks = want.Webhooks
+	webhooks := make([]admissionv1.MutatingWebhook, len(want.Webhooks))
+	for i, w := range want.Webhooks {
+		if w.ClientConfig.CABundle == nil && i < len(have.Webhooks) {
+			w.ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
+		}
+		webhooks[i] = w
+	}
+	if equality.Semantic.DeepEqual(have.Webhooks, webhooks) {
+		return nil
+	}
+	have.Webhooks = webhooks
 	return c.Update(ctx, &have)
 }

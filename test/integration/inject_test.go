@@ -241,3 +241,35 @@ func TestNativeSidecarAndExcludedNamespace(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// TestSkipEverythingNeverReachesTheWebhook: the matchCondition spares the
+// round trip for pods that skip every sidecar.
+func TestSkipEverythingNeverReachesTheWebhook(t *testing.T) {
+	ctx := context.Background()
+	applySidecar(t, exampleSidecars(t)["fluentd"])
+	ns := createNamespace(t, nil)
+	skipped := func() float64 {
+		return gaugeValue(t, "sidecar_operator_skips_total", map[string]string{"reason": "SkipAnnotation"})
+	}
+	pod := func(skip string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "skip-", Namespace: ns, Labels: map[string]string{"logging": "fluentd"},
+				Annotations: map[string]string{v1alpha1.AnnotationSkip: skip}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		}
+	}
+	before := skipped()
+	if err := k8s.Create(ctx, pod("fluentd")); err != nil {
+		t.Fatal(err)
+	}
+	if skipped() != before+1 {
+		t.Fatal("a pod skipping one sidecar did not reach the webhook")
+	}
+	all := pod("*")
+	if err := k8s.Create(ctx, all); err != nil {
+		t.Fatal(err)
+	}
+	if skipped() != before+1 || all.Annotations[v1alpha1.AnnotationStatus] != "" {
+		t.Fatal("a pod skipping every sidecar reached the webhook")
+	}
+}
