@@ -24,6 +24,6 @@ func NewRootCommand() *cobra.Command {
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	root.PersistentFlags().AddGoFlagSet(goFlags)
-	root.AddCommand(newRunCommand(), newServeCommand(), newInjectCommand(), newCertsCommand())
+	root.AddCommand(newRunCommand(), newServeCommand(), newInjectCommand(), newCertsCommand(), newManifestsCommand())
 	return root
 }
