@@ -104,6 +104,16 @@ func (ca *CA) Issue(hosts []string, validity time.Duration) (*Serving, error) {
 	if len(hosts) == 0 {
 		return nil, fmt.Errorf("a serving certificate needs at least one host")
 	}
+	return ca.issue(hosts[0], hosts, x509.ExtKeyUsageServerAuth, validity)
+}
+
+// IssueClient signs a client certificate, such as the one the apiserver
+// presents to a webhook that requires it.
+func (ca *CA) IssueClient(commonName string, validity time.Duration) (*Serving, error) {
+	return ca.issue(commonName, nil, x509.ExtKeyUsageClientAuth, validity)
+}
+
+func (ca *CA) issue(commonName string, hosts []string, usage x509.ExtKeyUsage, validity time.Duration) (*Serving, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -111,11 +121,11 @@ func (ca *CA) Issue(hosts []string, validity time.Duration) (*Serving, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: hosts[0]},
+		Subject:      pkix.Name{CommonName: commonName},
 		NotBefore:    now.Add(-Backdate),
 		NotAfter:     now.Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {

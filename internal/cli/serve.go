@@ -15,7 +15,7 @@ import (
 )
 
 func newServeCommand() *cobra.Command {
-	var sidecars, addr, certFile, keyFile string
+	var sidecars, addr, certFile, keyFile, clientCAFile string
 	cmd := &cobra.Command{
 		Use:   "serve --sidecars <file|dir> --tls-cert-file F --tls-private-key-file F",
 		Short: "Serve the webhook standalone from Sidecar YAML files, with no cluster",
@@ -36,9 +36,15 @@ apiserver sets on every namespace.`,
 			log.Info("loaded sidecars", "names", engine.Names())
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
+			if clientCAFile != "" {
+				if err := webhook.RequireClientCertificates(tlsConfig, clientCAFile); err != nil {
+					return err
+				}
+			}
 			srv := &webhook.Server{
 				Addr:      addr,
-				TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}},
+				TLSConfig: tlsConfig,
 				Log:       log,
 				Mutator: &webhook.Mutator{
 					Engines:         webhook.StaticEngine{E: engine},
@@ -53,6 +59,7 @@ apiserver sets on every namespace.`,
 	f.StringVar(&sidecars, "sidecars", "", "Sidecar YAML file, or a directory of them (required)")
 	f.StringVar(&addr, "addr", ":9443", "host:port to listen on")
 	f.StringVar(&certFile, "tls-cert-file", "", "PEM serving certificate (required)")
+	f.StringVar(&clientCAFile, "client-ca-file", "", "PEM CA of the client certificates required from callers (the apiserver's AdmissionConfiguration)")
 	f.StringVar(&keyFile, "tls-private-key-file", "", "PEM private key of the serving certificate (required)")
 	for _, name := range []string{"sidecars", "tls-cert-file", "tls-private-key-file"} {
 		_ = cmd.MarkFlagRequired(name)

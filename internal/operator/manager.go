@@ -63,6 +63,9 @@ type Options struct {
 	TLSCertFile, TLSKeyFile string
 	// CAFile is the caBundle registered in CertModeFiles.
 	CAFile string
+	// ClientCAFile, when set, makes the webhook require client certificates
+	// signed by it: only the apiserver may call.
+	ClientCAFile string
 	// CertSecret names the Secret in Namespace of CertModeSelf.
 	CertSecret string
 	// Certificates are the lifetimes and timing of CertModeSelf.
@@ -221,6 +224,11 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	tlsConfig, published, err := setUpCertificates(mgr, opts, desired, log)
 	if err != nil {
 		return err
+	}
+	if opts.ClientCAFile != "" {
+		if err := webhook.RequireClientCertificates(tlsConfig, opts.ClientCAFile); err != nil {
+			return err
+		}
 	}
 
 	if opts.Elected != nil {

@@ -3,10 +3,13 @@ package webhook
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	stdlog "log"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -111,3 +114,20 @@ func (s *Server) Start(ctx context.Context) error {
 
 // NeedLeaderElection is false: every replica serves the webhook.
 func (s *Server) NeedLeaderElection() bool { return false }
+
+// RequireClientCertificates makes the server accept only clients with a
+// certificate signed by a CA in caFile, such as the apiserver configured with
+// an AdmissionConfiguration kubeconfig (seed 002, section 3.2).
+func RequireClientCertificates(cfg *tls.Config, caFile string) error {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return fmt.Errorf("--client-ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("--client-ca-file %s: no PEM certificate in it", caFile)
+	}
+	cfg.ClientCAs = pool
+	cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	return nil
+}
