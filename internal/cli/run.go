@@ -136,6 +136,7 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 	f.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a leader's lease lasts without renewal")
 	f.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before giving up")
 	f.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire the lease")
+	f.DurationVar(&opts.DrainDelay, "shutdown-drain", 5*time.Second, "on SIGTERM, keep serving (not ready, closing connections after each answer) this long before closing the listener")
 	f.StringVar(&opts.ClientCAFile, "client-ca-file", "", "PEM CA of the client certificates required from callers (the apiserver's AdmissionConfiguration)")
 	f.StringVar(&opts.TLSCertFile, "tls-cert-file", "", "PEM serving certificate (--cert-mode files or cert-manager)")
 	f.StringVar(&opts.TLSKeyFile, "tls-private-key-file", "", "PEM private key of --tls-cert-file")

@@ -95,6 +95,9 @@ type Options struct {
 	PullSecretResync time.Duration
 	// Listening, when set, receives the webhook's bound address.
 	Listening func(net.Addr)
+	// DrainDelay is how long the webhook keeps serving, not ready, once
+	// asked to stop; see webhook.Server.DrainDelay.
+	DrainDelay time.Duration
 	// Elected, when set, is called once this replica leads.
 	Elected func()
 	// SeveralInProcess lets more than one operator run in one process, as
@@ -243,10 +246,11 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 
 	cacheReader := mgr.GetCache()
 	server := &webhook.Server{
-		Addr:      opts.WebhookAddr,
-		TLSConfig: tlsConfig,
-		Log:       log.WithName("webhook"),
-		Listening: opts.Listening,
+		Addr:       opts.WebhookAddr,
+		TLSConfig:  tlsConfig,
+		Log:        log.WithName("webhook"),
+		Listening:  opts.Listening,
+		DrainDelay: opts.DrainDelay,
 		Mutator: &webhook.Mutator{
 			Engines: engines,
 			Log:     log.WithName("mutator"),

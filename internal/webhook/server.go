@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -33,6 +34,14 @@ type Server struct {
 	Log   logr.Logger
 	// ShutdownTimeout bounds how long in-flight reviews may take to finish.
 	ShutdownTimeout time.Duration
+	// DrainDelay is how long the server keeps serving once asked to stop,
+	// reporting not ready and closing each connection after its answer, so
+	// that load balancers and the apiserver move to the other replicas before
+	// the listener closes. Without it, a review sent on a keep-alive
+	// connection the moment it is closed fails with EOF.
+	DrainDelay time.Duration
+
+	draining atomic.Bool
 	// Listening, when set, receives the bound address once the server listens.
 	Listening func(net.Addr)
 }
@@ -43,6 +52,10 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(PathMutatePods, s.Mutator)
 	mux.HandleFunc(PathHealthz, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc(PathReadyz, func(w http.ResponseWriter, _ *http.Request) {
+		if s.draining.Load() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
 		if s.Ready != nil {
 			if err := s.Ready(); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -96,6 +109,12 @@ func (s *Server) Start(ctx context.Context) error {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	}
+	if s.DrainDelay > 0 {
+		s.draining.Store(true)
+		srv.SetKeepAlivesEnabled(false)
+		s.Log.Info("draining before shutdown", "delay", s.DrainDelay)
+		time.Sleep(s.DrainDelay)
 	}
 	timeout := s.ShutdownTimeout
 	if timeout == 0 {

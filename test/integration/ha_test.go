@@ -108,6 +108,11 @@ func TestTwoReplicas(t *testing.T) {
 		}
 		addrs[i] = addr
 	}
+	// Cleanups run last first: this one runs after both replicas have
+	// stopped, so that none writes the configuration back.
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
+	})
 	lb := startFront(t, addrs...)
 	replicas := make([]*replica, 2)
 	for i := range replicas {
@@ -133,6 +138,7 @@ func TestTwoReplicas(t *testing.T) {
 				RetryPeriod:       500 * time.Millisecond,
 				MetricsAddr:       "0",
 				SeveralInProcess:  true,
+				DrainDelay:        time.Second,
 				Elected: func() {
 					r.leadAt.Store(time.Now().UnixNano())
 					r.elected.Store(true)
@@ -144,9 +150,6 @@ func TestTwoReplicas(t *testing.T) {
 		}()
 		t.Cleanup(func() { cancel(); <-r.done })
 	}
-	t.Cleanup(func() {
-		_ = k8s.Delete(context.Background(), &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
-	})
 	for _, r := range replicas {
 		if err := waitReady("https://"+r.addr, 60*time.Second); err != nil {
 			t.Fatal(err)

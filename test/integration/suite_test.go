@@ -89,6 +89,7 @@ func run(m *testing.M) int {
 			Certificates:      certrotation.Options{PublishDelay: time.Second},
 			LeaderElection:    true,
 			SeveralInProcess:  true,
+			DrainDelay:        time.Second,
 			WebhookConfigName: webhookConfigName,
 			Target:            operator.WebhookTarget{URL: webhookURL},
 			FailurePolicy:     admissionv1.Fail,
