@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"os/signal"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
@@ -24,7 +26,7 @@ namespace selectors see only the kubernetes.io/metadata.name label, which the
 apiserver sets on every namespace.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			engine, err := loadEngine(sidecars)
+			engine, scs, err := loadEngine(sidecars)
 			if err != nil {
 				return err
 			}
@@ -46,6 +48,12 @@ apiserver sets on every namespace.`,
 				Addr:      addr,
 				TLSConfig: tlsConfig,
 				Log:       log,
+				Validator: &webhook.Validator{
+					Engines:         webhook.StaticEngine{E: engine},
+					NamespaceLabels: inject.DefaultNamespaceLabels,
+					// A Sidecar is judged against those loaded from the files.
+					Sidecars: func(context.Context) ([]v1alpha1.Sidecar, error) { return scs, nil },
+				},
 				Mutator: &webhook.Mutator{
 					Engines:         webhook.StaticEngine{E: engine},
 					NamespaceLabels: inject.DefaultNamespaceLabels,
@@ -69,14 +77,14 @@ apiserver sets on every namespace.`,
 
 // loadEngine loads Sidecars from files; any Sidecar that does not compile is
 // an error here, since a file is fixed before the command is run again.
-func loadEngine(path string) (*inject.Engine, error) {
+func loadEngine(path string) (*inject.Engine, []v1alpha1.Sidecar, error) {
 	scs, err := sidecarfile.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("--sidecars: %w", err)
+		return nil, nil, fmt.Errorf("--sidecars: %w", err)
 	}
 	engine, err := inject.New(scs)
 	if err != nil {
-		return nil, fmt.Errorf("--sidecars %s: %w", path, err)
+		return nil, nil, fmt.Errorf("--sidecars %s: %w", path, err)
 	}
-	return engine, nil
+	return engine, scs, nil
 }

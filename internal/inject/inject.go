@@ -136,3 +136,19 @@ func podVolume(pod *corev1.Pod) func(string) (*corev1.Volume, error) {
 		return nil, nil
 	}
 }
+
+// ContainerNames returns the names of the containers (init containers
+// included) a Sidecar the engine injects adds to a pod.
+func (e *Engine) ContainerNames(sidecar string) ([]string, bool) {
+	c := e.byName[sidecar]
+	if c == nil {
+		return nil, false
+	}
+	var out []string
+	for _, list := range [][]renderedContainer{c.initContainers, c.containers} {
+		for _, rc := range list {
+			out = append(out, rc.name)
+		}
+	}
+	return out, true
+}

@@ -77,8 +77,10 @@ type Options struct {
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election;
 	// zero keeps controller-runtime's defaults.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// WebhookConfigName names the MutatingWebhookConfiguration kept in step.
-	WebhookConfigName string
+	// WebhookConfigName names the MutatingWebhookConfiguration kept in step,
+	// and ValidatingConfigName the ValidatingWebhookConfiguration (default:
+	// the same name).
+	WebhookConfigName, ValidatingConfigName string
 	// Target is how the apiserver reaches the webhook.
 	Target WebhookTarget
 	// FailurePolicy of the registered webhook.
@@ -221,10 +223,16 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if opts.Namespace != "" {
 		excludedNamespaces = append(excludedNamespaces, opts.Namespace)
 	}
-	desired := func(caBundle []byte) *admissionv1.MutatingWebhookConfiguration {
-		return MutatingWebhookConfiguration(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, excludedNamespaces...)
+	if opts.ValidatingConfigName == "" {
+		opts.ValidatingConfigName = opts.WebhookConfigName
 	}
-	tlsConfig, published, err := setUpCertificates(mgr, opts, desired, log)
+	publish := func(ctx context.Context, c client.Client, caBundle []byte) error {
+		if err := ensureWebhookConfiguration(ctx, c, MutatingWebhookConfiguration(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, excludedNamespaces...)); err != nil {
+			return err
+		}
+		return ensureValidatingConfiguration(ctx, c, ValidatingWebhookConfiguration(opts.ValidatingConfigName, opts.Target, caBundle, opts.FailurePolicy, excludedNamespaces...))
+	}
+	tlsConfig, published, err := setUpCertificates(mgr, opts, publish, log)
 	if err != nil {
 		return err
 	}
@@ -251,6 +259,15 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Log:        log.WithName("webhook"),
 		Listening:  opts.Listening,
 		DrainDelay: opts.DrainDelay,
+		Validator: &webhook.Validator{
+			Engines:         engines,
+			NamespaceLabels: func(name string) (map[string]string, bool) { return namespaceLabels(cacheReader, name) },
+			Sidecars: func(ctx context.Context) ([]v1alpha1.Sidecar, error) {
+				var list v1alpha1.SidecarList
+				err := cacheReader.List(ctx, &list)
+				return list.Items, err
+			},
+		},
 		Mutator: &webhook.Mutator{
 			Engines: engines,
 			Log:     log.WithName("mutator"),
@@ -276,7 +293,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 
 // setUpCertificates returns the webhook's TLS configuration and a check that
 // the apiserver trusts what is served, and adds what keeps both current.
-func setUpCertificates(mgr manager.Manager, opts Options, desired func([]byte) *admissionv1.MutatingWebhookConfiguration, log logr.Logger) (*tls.Config, func(context.Context) error, error) {
+func setUpCertificates(mgr manager.Manager, opts Options, publish func(context.Context, client.Client, []byte) error, log logr.Logger) (*tls.Config, func(context.Context) error, error) {
 	trusted := func(ctx context.Context, issuer []byte) error {
 		var have admissionv1.MutatingWebhookConfiguration
 		if err := mgr.GetCache().Get(ctx, client.ObjectKey{Name: opts.WebhookConfigName}, &have); err != nil {
@@ -309,15 +326,18 @@ func setUpCertificates(mgr manager.Manager, opts Options, desired func([]byte) *
 		rotator := &certrotation.Rotator{
 			Client: mgr.GetClient(), Opts: certOpts, Log: log.WithName("certificates"),
 			Publish: func(ctx context.Context, bundle []byte) error {
-				return ensureWebhookConfiguration(ctx, mgr.GetClient(), desired(bundle))
+				return publish(ctx, mgr.GetClient(), bundle)
 			},
 		}
-		isConfig := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == opts.WebhookConfigName })
+		isConfig := predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetName() == opts.WebhookConfigName || o.GetName() == opts.ValidatingConfigName
+		})
 		if err := ctrl.NewControllerManagedBy(mgr).
 			Named("certificate-rotator").
 			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(constantRequest(secret)), builder.WithPredicates(isSecret)).
 			// Someone else's write to the configuration, a GitOps sync say, is repaired.
 			Watches(&admissionv1.MutatingWebhookConfiguration{}, handler.EnqueueRequestsFromMapFunc(constantRequest(secret)), builder.WithPredicates(isConfig)).
+			Watches(&admissionv1.ValidatingWebhookConfiguration{}, handler.EnqueueRequestsFromMapFunc(constantRequest(secret)), builder.WithPredicates(isConfig)).
 			WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 				q.Add(reconcile.Request{NamespacedName: secret}) // the first pass creates the Secret
 				return nil
@@ -348,11 +368,10 @@ func setUpCertificates(mgr manager.Manager, opts Options, desired func([]byte) *
 		return nil, nil, fmt.Errorf("reading --ca-file: %w", err)
 	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		want := desired(caBundle)
 		if opts.CertMode == CertModeCertManager {
-			want = desired(nil) // cert-manager's CA injector owns the caBundle
+			caBundle = nil // cert-manager's CA injector owns the caBundle
 		}
-		if err := ensureWebhookConfiguration(ctx, mgr.GetClient(), want); err != nil {
+		if err := publish(ctx, mgr.GetClient(), caBundle); err != nil {
 			return err
 		}
 		log.Info("webhook registered", "configuration", opts.WebhookConfigName)

@@ -12,10 +12,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sidecar-operator/sidecar-operator/internal/validation"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
 
 // LabelWebhook on a namespace set to "disabled" keeps the webhook out of it.
@@ -76,6 +77,80 @@ func MutatingWebhookConfiguration(name string, target WebhookTarget, caBundle []
 			}},
 		}},
 	}
+}
+
+// ValidatingWebhookConfiguration is the desired configuration for judging
+// Sidecars and injection records. Pods are sent only when they carry, or
+// carried, an injection record.
+func ValidatingWebhookConfiguration(name string, target WebhookTarget, caBundle []byte, failurePolicy admissionv1.FailurePolicyType, excludeNamespaces ...string) *admissionv1.ValidatingWebhookConfiguration {
+	clientConfig := func(path string) admissionv1.WebhookClientConfig {
+		cc := admissionv1.WebhookClientConfig{CABundle: caBundle}
+		if target.URL != "" {
+			cc.URL = ptr.To(target.URL + path)
+		} else {
+			cc.Service = &admissionv1.ServiceReference{Namespace: target.ServiceNamespace, Name: target.ServiceName, Path: ptr.To(path), Port: ptr.To[int32](443)}
+		}
+		return cc
+	}
+	excluded := append([]string{metav1.NamespaceSystem}, excludeNamespaces...)
+	common := admissionv1.ValidatingWebhook{
+		AdmissionReviewVersions: []string{"v1", "v1beta1"},
+		SideEffects:             ptr.To(admissionv1.SideEffectClassNone),
+		FailurePolicy:           ptr.To(failurePolicy),
+		MatchPolicy:             ptr.To(admissionv1.Equivalent),
+		TimeoutSeconds:          ptr.To[int32](10),
+	}
+	sidecars, pods := common, common
+	sidecars.Name = "sidecars.sidecar-operator.io"
+	sidecars.ClientConfig = clientConfig(webhook.PathValidateSidecars)
+	// Sidecars are only ever judged: a broken one would deny every pod it selects.
+	sidecars.FailurePolicy = ptr.To(admissionv1.Fail)
+	sidecars.Rules = []admissionv1.RuleWithOperations{{
+		Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+		Rule:       admissionv1.Rule{APIGroups: []string{"sidecar-operator.io"}, APIVersions: []string{"v1alpha1"}, Resources: []string{"sidecars"}, Scope: ptr.To(admissionv1.ClusterScope)},
+	}}
+	pods.Name = "pods.sidecar-operator.io"
+	pods.ClientConfig = clientConfig(webhook.PathValidatePods)
+	pods.Rules = []admissionv1.RuleWithOperations{{
+		Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+		Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptr.To(admissionv1.NamespacedScope)},
+	}}
+	pods.MatchConditions = []admissionv1.MatchCondition{{
+		Name: "carries-an-injection-record",
+		Expression: `(has(object.metadata.annotations) && 'sidecar-operator.io/status' in object.metadata.annotations) || ` +
+			`(oldObject != null && has(oldObject.metadata.annotations) && 'sidecar-operator.io/status' in oldObject.metadata.annotations)`,
+	}}
+	pods.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: excluded},
+		{Key: validation.LabelValidation, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"disabled"}},
+	}}
+	return &admissionv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks:   []admissionv1.ValidatingWebhook{sidecars, pods},
+	}
+}
+
+// ensureValidatingConfiguration is ensureWebhookConfiguration for the
+// validating configuration.
+func ensureValidatingConfiguration(ctx context.Context, c client.Client, want *admissionv1.ValidatingWebhookConfiguration) error {
+	var have admissionv1.ValidatingWebhookConfiguration
+	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
+	if apierrors.IsNotFound(err) {
+		return c.Create(ctx, want)
+	}
+	if err != nil {
+		return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", want.Name, err)
+	}
+	for i := range want.Webhooks {
+		if want.Webhooks[i].ClientConfig.CABundle == nil && i < len(have.Webhooks) {
+			want.Webhooks[i].ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
+		}
+	}
+	if equality.Semantic.DeepEqual(have.Webhooks, want.Webhooks) {
+		return nil
+	}
+	have.Webhooks = want.Webhooks
+	return c.Update(ctx, &have)
 }
 
 // ensureWebhookConfiguration creates the configuration or brings an existing

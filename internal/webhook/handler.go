@@ -55,14 +55,46 @@ type Mutator struct {
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
-func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// checkRequest refuses what is not a JSON POST, answering it; ok says go on.
+func checkRequest(w http.ResponseWriter, r *http.Request) (ok bool) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "only POST is allowed", http.StatusMethodNotAllowed)
-		return
+		return false
 	}
 	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
 		http.Error(w, "Content-Type must be application/json, got "+quoteHeader(ct), http.StatusUnsupportedMediaType)
+		return false
+	}
+	return true
+}
+
+// readRequest reads the body into buf within MaxRequestBytes, answering
+// failures; ok says go on.
+func readRequest(w http.ResponseWriter, r *http.Request, buf []byte) (body []byte, ok bool) {
+	body, err := readBody(http.MaxBytesReader(w, r.Body, MaxRequestBytes), buf)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, "request body exceeds the limit", http.StatusRequestEntityTooLarge)
+			return body, false
+		}
+		http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+		return body, false
+	}
+	return body, true
+}
+
+func writeResponse(w http.ResponseWriter, payload []byte) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	// A known length spares net/http the chunked encoding of a large answer.
+	h["Content-Length"] = []string{strconv.Itoa(len(payload))}
+	_, _ = w.Write(payload)
+}
+
+func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !checkRequest(w, r) {
 		return
 	}
 	engine := m.Engines.Engine()
@@ -77,15 +109,9 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		bufPool.Put(in)
 		bufPool.Put(out)
 	}()
-	body, err := readBody(http.MaxBytesReader(w, r.Body, MaxRequestBytes), (*in)[:0])
+	body, ok := readRequest(w, r, (*in)[:0])
 	*in = body[:0]
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			http.Error(w, "request body exceeds the limit", http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+	if !ok {
 		return
 	}
 
@@ -116,11 +142,7 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	payload := resp.appendJSON((*in)[:0]) // the request body is no longer needed
 	*in = payload[:0]
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
-	// A known length spares net/http the chunked encoding of a large answer.
-	h["Content-Length"] = []string{strconv.Itoa(len(payload))}
-	_, _ = w.Write(payload)
+	writeResponse(w, payload)
 }
 
 // report tells each Sidecar's Events what happened to the pod.

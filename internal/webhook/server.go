@@ -29,6 +29,8 @@ type Server struct {
 	Addr      string
 	TLSConfig *tls.Config
 	Mutator   *Mutator
+	// Validator, when set, serves the validating webhooks too.
+	Validator *Validator
 	// Ready returns nil once the server can give correct answers.
 	Ready func() error
 	Log   logr.Logger
@@ -50,6 +52,10 @@ type Server struct {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(PathMutatePods, s.Mutator)
+	if s.Validator != nil {
+		mux.HandleFunc(PathValidateSidecars, s.Validator.ValidateSidecars)
+		mux.HandleFunc(PathValidatePods, s.Validator.ValidatePods)
+	}
 	mux.HandleFunc(PathHealthz, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc(PathReadyz, func(w http.ResponseWriter, _ *http.Request) {
 		if s.draining.Load() {

@@ -112,6 +112,7 @@ func TestTwoReplicas(t *testing.T) {
 	// stopped, so that none writes the configuration back.
 	t.Cleanup(func() {
 		_ = k8s.Delete(context.Background(), &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
+		_ = k8s.Delete(context.Background(), &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
 	})
 	lb := startFront(t, addrs...)
 	replicas := make([]*replica, 2)

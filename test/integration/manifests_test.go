@@ -65,7 +65,7 @@ func TestManifestsInstall(t *testing.T) {
 			}
 		}
 	}
-	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "PodDisruptionBudget", "MutatingWebhookConfiguration", "CustomResourceDefinition"} {
+	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "PodDisruptionBudget", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "CustomResourceDefinition"} {
 		if kinds[kind] != 1 {
 			t.Errorf("%d %s objects in the install", kinds[kind], kind)
 		}

@@ -1,0 +1,23 @@
+package validation
+
+import corev1 "k8s.io/api/core/v1"
+
+type containerMounts []string
+
+func names(cs []corev1.Container) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Name
+	}
+	return out
+}
+
+func mounts(cs []corev1.Container) []containerMounts {
+	out := make([]containerMounts, len(cs))
+	for i, c := range cs {
+		for _, m := range c.VolumeMounts {
+			out[i] = append(out[i], m.Name)
+		}
+	}
+	return out
+}

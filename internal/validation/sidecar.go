@@ -1,0 +1,121 @@
+// Package validation judges Sidecars and injected pods for the validating
+// webhooks: every problem is reported at once, each naming its field.
+package validation
+
+import (
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+)
+
+// Sidecar returns every reason sc cannot be injected safely. others are the
+// other Sidecars in the cluster (sc itself, by name, is ignored among them).
+func Sidecar(sc *v1alpha1.Sidecar, others []v1alpha1.Sidecar) field.ErrorList {
+	var errs field.ErrorList
+	spec := field.NewPath("spec")
+
+	// Templates, parameters and whatever else the engine refuses to compile.
+	if _, err := inject.New([]v1alpha1.Sidecar{*sc}); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			errs = append(errs, field.Invalid(spec, sc.Name, line))
+		}
+	}
+
+	containers := map[string]*field.Path{}
+	for _, group := range []struct {
+		path *field.Path
+		list []string
+	}{
+		{spec.Child("initContainers"), names(sc.Spec.InitContainers)},
+		{spec.Child("containers"), names(sc.Spec.Containers)},
+	} {
+		for i, name := range group.list {
+			p := group.path.Index(i).Child("name")
+			if first, dup := containers[name]; dup {
+				errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s (also %s)", name, first)))
+				continue
+			}
+			containers[name] = p
+		}
+	}
+	volumes := map[string]bool{}
+	for i, v := range sc.Spec.Volumes {
+		if volumes[v.Name] {
+			errs = append(errs, field.Duplicate(spec.Child("volumes").Index(i).Child("name"), v.Name))
+		}
+		volumes[v.Name] = true
+	}
+	for _, group := range []struct {
+		path *field.Path
+		list []containerMounts
+	}{
+		{spec.Child("initContainers"), mounts(sc.Spec.InitContainers)},
+		{spec.Child("containers"), mounts(sc.Spec.Containers)},
+	} {
+		for i, c := range group.list {
+			for j, m := range c {
+				if !volumes[m] {
+					errs = append(errs, field.NotFound(group.path.Index(i).Child("volumeMounts").Index(j).Child("name"),
+						m+": not in spec.volumes; a sidecar mounts only volumes it defines"))
+				}
+			}
+		}
+	}
+
+	for _, s := range []struct {
+		path *field.Path
+		sel  *metav1.LabelSelector
+	}{{spec.Child("selector"), sc.Spec.Selector}, {spec.Child("namespaceSelector"), sc.Spec.NamespaceSelector}} {
+		if s.sel == nil {
+			continue
+		}
+		if _, err := metav1.LabelSelectorAsSelector(s.sel); err != nil {
+			errs = append(errs, field.Invalid(s.path, s.sel, err.Error()))
+		}
+	}
+
+	if rbac := sc.Spec.RBAC; rbac != nil {
+		for _, group := range []struct {
+			path  *field.Path
+			rules int
+			verbs func(int) []string
+		}{
+			{spec.Child("rbac", "rules"), len(rbac.Rules), func(i int) []string { return rbac.Rules[i].Verbs }},
+			{spec.Child("rbac", "clusterRules"), len(rbac.ClusterRules), func(i int) []string { return rbac.ClusterRules[i].Verbs }},
+		} {
+			for i := range group.rules {
+				if len(group.verbs(i)) == 0 {
+					errs = append(errs, field.Required(group.path.Index(i).Child("verbs"), "a rule grants nothing without verbs"))
+				}
+			}
+		}
+	}
+
+	// A container name another Sidecar adds would clash in any pod both select.
+	for i := range others {
+		other := &others[i]
+		if other.Name == sc.Name {
+			continue
+		}
+		for _, name := range append(names(other.Spec.InitContainers), names(other.Spec.Containers)...) {
+			if p, clash := containers[name]; clash {
+				errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s (also added by sidecar %q; both can select the same pods)", name, other.Name)))
+			}
+		}
+	}
+	return errs
+}
+
+// Message is a denial listing every error.
+func Message(kind, name string, errs field.ErrorList) string {
+	lines := make([]string, len(errs))
+	for i, e := range errs {
+		lines[i] = e.Error()
+	}
+	return fmt.Sprintf("%s %q has %d problem(s): %s", kind, name, len(errs), strings.Join(lines, "; "))
+}

@@ -1,0 +1,145 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/validation"
+)
+
+// Paths of the validating webhooks.
+const (
+	PathValidateSidecars = "/validate-sidecars"
+	PathValidatePods     = "/validate-pods"
+)
+
+// Validator serves the validating webhooks: Sidecars that cannot be injected
+// safely, and pods whose injection record is forged or tampered with.
+type Validator struct {
+	Engines EngineSource
+	// Sidecars lists the Sidecars a new one is judged against.
+	Sidecars        func(context.Context) ([]v1alpha1.Sidecar, error)
+	NamespaceLabels inject.NamespaceLabelsFunc
+}
+
+// review is what the validating handlers read of an AdmissionReview; they
+// are off the injection path, so encoding/json does.
+type review struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Request    *struct {
+		UID       string `json:"uid"`
+		Kind      groupVersionKind
+		Namespace string          `json:"namespace"`
+		Operation string          `json:"operation"`
+		Object    json.RawMessage `json:"object"`
+		OldObject json.RawMessage `json:"oldObject"`
+	} `json:"request"`
+}
+
+func (v *Validator) read(w http.ResponseWriter, r *http.Request, want string) (*review, bool) {
+	if !checkRequest(w, r) {
+		return nil, false
+	}
+	body, ok := readRequest(w, r, nil)
+	if !ok {
+		return nil, false
+	}
+	var rv review
+	if err := json.Unmarshal(body, &rv); err != nil {
+		http.Error(w, "request body is not an AdmissionReview: "+err.Error(), http.StatusBadRequest)
+		return nil, false
+	}
+	switch {
+	case rv.Kind != "AdmissionReview" || (rv.APIVersion != admissionV1 && rv.APIVersion != admissionV1beta1):
+		http.Error(w, fmt.Sprintf("want an AdmissionReview of %s or %s, got kind %q apiVersion %q", admissionV1, admissionV1beta1, rv.Kind, rv.APIVersion), http.StatusBadRequest)
+	case rv.Request == nil || rv.Request.UID == "":
+		http.Error(w, "AdmissionReview has no request uid", http.StatusBadRequest)
+	case rv.Request.Kind.Kind != want:
+		http.Error(w, "this endpoint admits "+want+" only, got kind "+quoteHeader(rv.Request.Kind.Kind), http.StatusBadRequest)
+	default:
+		return &rv, true
+	}
+	return nil, false
+}
+
+func answer(w http.ResponseWriter, rv *review, denial string) {
+	resp := response{apiVersion: rv.APIVersion, uid: rv.Request.UID, denial: denial}
+	writeResponse(w, resp.appendJSON(nil))
+}
+
+// ValidateSidecars judges a created or updated Sidecar against the others.
+func (v *Validator) ValidateSidecars(w http.ResponseWriter, r *http.Request) {
+	rv, ok := v.read(w, r, "Sidecar")
+	if !ok {
+		return
+	}
+	var sc v1alpha1.Sidecar
+	if err := json.Unmarshal(rv.Request.Object, &sc); err != nil {
+		http.Error(w, "request.object is not a Sidecar: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if rv.Request.Operation == "DELETE" || !sc.DeletionTimestamp.IsZero() {
+		answer(w, rv, "") // finalizer removal and deletion are never blocked
+		return
+	}
+	others, err := v.Sidecars(r.Context())
+	if err != nil {
+		http.Error(w, "listing Sidecars: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	denial := ""
+	if errs := validation.Sidecar(&sc, others); len(errs) > 0 {
+		denial = validation.Message("Sidecar", sc.Name, errs)
+	}
+	answer(w, rv, denial)
+}
+
+// ValidatePods rejects forged and tampered injection records, unless the
+// namespace turns validation off.
+func (v *Validator) ValidatePods(w http.ResponseWriter, r *http.Request) {
+	rv, ok := v.read(w, r, "Pod")
+	if !ok {
+		return
+	}
+	engine := v.Engines.Engine()
+	if engine == nil {
+		http.Error(w, "sidecar definitions are not loaded yet", http.StatusServiceUnavailable)
+		return
+	}
+	if labels, _ := v.NamespaceLabels(rv.Request.Namespace); labels[validation.LabelValidation] == "disabled" {
+		answer(w, rv, "")
+		return
+	}
+	var pod, old corev1.Pod
+	if err := json.Unmarshal(rv.Request.Object, &pod); err != nil {
+		http.Error(w, "request.object is not a Pod: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var oldPod *corev1.Pod
+	if rv.Request.Operation == "UPDATE" && len(rv.Request.OldObject) > 0 && string(rv.Request.OldObject) != "null" {
+		if err := json.Unmarshal(rv.Request.OldObject, &old); err != nil {
+			http.Error(w, "request.oldObject is not a Pod: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		oldPod = &old
+	}
+	denial := ""
+	if errs := validation.Pod(&pod, oldPod, engine); len(errs) > 0 {
+		denial = validation.Message("Pod", podName(&pod), errs)
+	}
+	answer(w, rv, denial)
+}
+
+func podName(p *corev1.Pod) string {
+	if p.Name != "" {
+		return p.Namespace + "/" + p.Name
+	}
+	return p.Namespace + "/" + p.GenerateName + "*"
+}
