@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -19,10 +18,12 @@ func Sidecar(sc *v1alpha1.Sidecar, others []v1alpha1.Sidecar) field.ErrorList {
 	var errs field.ErrorList
 	spec := field.NewPath("spec")
 
-	// Templates, parameters and whatever else the engine refuses to compile.
+	// Templates, parameters, selectors: whatever the engine refuses to
+	// compile. Its messages name their fields already.
 	if _, err := inject.New([]v1alpha1.Sidecar{*sc}); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
-			errs = append(errs, field.Invalid(spec, sc.Name, line))
+			line = strings.TrimPrefix(line, fmt.Sprintf("sidecar %q: ", sc.Name))
+			errs = append(errs, field.Invalid(spec, field.OmitValueType{}, line))
 		}
 	}
 
@@ -64,18 +65,6 @@ func Sidecar(sc *v1alpha1.Sidecar, others []v1alpha1.Sidecar) field.ErrorList {
 						m+": not in spec.volumes; a sidecar mounts only volumes it defines"))
 				}
 			}
-		}
-	}
-
-	for _, s := range []struct {
-		path *field.Path
-		sel  *metav1.LabelSelector
-	}{{spec.Child("selector"), sc.Spec.Selector}, {spec.Child("namespaceSelector"), sc.Spec.NamespaceSelector}} {
-		if s.sel == nil {
-			continue
-		}
-		if _, err := metav1.LabelSelectorAsSelector(s.sel); err != nil {
-			errs = append(errs, field.Invalid(s.path, s.sel, err.Error()))
 		}
 	}
 
