@@ -61,8 +61,8 @@ func Sidecar(sc *v1alpha1.Sidecar, others []v1alpha1.Sidecar) field.ErrorList {
 		for i, c := range group.list {
 			for j, m := range c {
 				if !volumes[m] {
-					errs = append(errs, field.NotFound(group.path.Index(i).Child("volumeMounts").Index(j).Child("name"),
-						m+": not in spec.volumes; a sidecar mounts only volumes it defines"))
+					errs = append(errs, field.Invalid(group.path.Index(i).Child("volumeMounts").Index(j).Child("name"), m,
+						"not in spec.volumes; a sidecar mounts only volumes it defines"))
 				}
 			}
 		}
@@ -93,7 +93,7 @@ func Sidecar(sc *v1alpha1.Sidecar, others []v1alpha1.Sidecar) field.ErrorList {
 		}
 		for _, name := range append(names(other.Spec.InitContainers), names(other.Spec.Containers)...) {
 			if p, clash := containers[name]; clash {
-				errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s (also added by sidecar %q; both can select the same pods)", name, other.Name)))
+				errs = append(errs, field.Forbidden(p, fmt.Sprintf("container %q is also added by sidecar %q, and both can select the same pods", name, other.Name)))
 			}
 		}
 	}

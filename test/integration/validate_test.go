@@ -49,9 +49,9 @@ func TestSidecarValidationListsEveryProblem(t *testing.T) {
 	},
 		`admission webhook "sidecars.sidecar-operator.io" denied the request`,
 		`undefined parameter "tag"`,
-		"spec.containers[0].volumeMounts[0].name: Not found",
+		"spec.containers[0].volumeMounts[0].name: Invalid value",
 		"spec.selector: values",
-		`also added by sidecar`,
+		`is also added by sidecar "fluentd"`,
 	)
 }
 
