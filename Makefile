@@ -49,7 +49,7 @@ test: lint verify-generated control-plane ## Everything: lint, generated files, 
 	$(MAKE) --no-print-directory test-fuzz
 
 # Each fuzz target as package:target; go test fuzzes one target at a time.
-FUZZ_TARGETS = ./internal/jsonscan:FuzzScanner ./internal/inject:FuzzInjectJSON
+FUZZ_TARGETS = ./internal/jsonscan:FuzzScanner ./internal/inject:FuzzInjectJSON ./internal/webhook:FuzzMutatePod
 
 .PHONY: fuzz
 fuzz: ## Fuzz every target longer (FUZZTIME=10m make fuzz; default 5m each).

@@ -36,6 +36,9 @@ type Server struct {
 	Log   logr.Logger
 	// ShutdownTimeout bounds how long in-flight reviews may take to finish.
 	ShutdownTimeout time.Duration
+	// ReadHeaderTimeout overrides how long a client may take to send its
+	// headers (5s), after which its connection is closed.
+	ReadHeaderTimeout time.Duration
 	// DrainDelay is how long the server keeps serving once asked to stop,
 	// reporting not ready and closing each connection after its answer, so
 	// that load balancers and the apiserver move to the other replicas before
@@ -101,6 +104,9 @@ func (w debugWriter) Write(p []byte) (int, error) {
 // reviews finish and closes idle connections. It implements manager.Runnable.
 func (s *Server) Start(ctx context.Context) error {
 	srv := NewHTTPServer(s.Handler(), s.TLSConfig, s.Log)
+	if s.ReadHeaderTimeout > 0 {
+		srv.ReadHeaderTimeout = s.ReadHeaderTimeout
+	}
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return err

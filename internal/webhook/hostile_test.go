@@ -1,0 +1,148 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/certs"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+)
+
+func testServer(t testing.TB) *Server {
+	t.Helper()
+	m := newMutator(t)
+	return &Server{Mutator: m, Log: logr.Discard(), Validator: &Validator{
+		Engines:         m.Engines,
+		NamespaceLabels: inject.DefaultNamespaceLabels,
+		Sidecars:        func(context.Context) ([]v1alpha1.Sidecar, error) { return nil, nil },
+	}}
+}
+
+// hostileInputs are bodies every endpoint must refuse with a 4xx.
+func hostileInputs() map[string][]byte {
+	return map[string][]byte{
+		"not JSON":            []byte("{nope"),
+		"empty":               nil,
+		"not a review":        []byte(`{"kind":"Pod","apiVersion":"v1"}`),
+		"unknown apiVersion":  []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v2","request":{"uid":"u"}}`),
+		"no request":          []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}`),
+		"no uid":              []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{}}`),
+		"wrong kind":          []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","kind":{"group":"apps","version":"v1","kind":"Deployment"},"object":{}}}`),
+		"wrong types":         []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":["u"]}}`),
+		"deeply nested":       []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","object":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}}`),
+		"over the size limit": bytes.Repeat([]byte(" "), MaxRequestBytes+1),
+		"trailing garbage":    []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u"}} x`),
+	}
+}
+
+func TestEveryEndpointRefusesHostileInput(t *testing.T) {
+	handler := testServer(t).Handler()
+	tried := 0
+	for _, path := range []string{PathMutatePods, PathValidateSidecars, PathValidatePods} {
+		for name, body := range hostileInputs() {
+			req, _ := http.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			code := serve(handler, req)
+			if code < 400 || code >= 500 {
+				t.Errorf("%s, %s: status %d, want 4xx", path, name, code)
+			}
+			tried++
+		}
+		req, _ := http.NewRequest(http.MethodPost, path, strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "text/plain")
+		if code := serve(handler, req); code != http.StatusUnsupportedMediaType {
+			t.Errorf("%s, wrong content type: status %d", path, code)
+		}
+		req, _ = http.NewRequest(http.MethodGet, path, nil)
+		if code := serve(handler, req); code != http.StatusMethodNotAllowed {
+			t.Errorf("%s, GET: status %d", path, code)
+		}
+		tried += 2
+	}
+	t.Logf("%d hostile requests refused", tried)
+}
+
+func serve(h http.Handler, req *http.Request) int {
+	rec := &statusRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, req)
+	return rec.code
+}
+
+type statusRecorder struct {
+	header http.Header
+	code   int
+}
+
+func (r *statusRecorder) Header() http.Header { return r.header }
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return len(b), nil
+}
+func (r *statusRecorder) WriteHeader(code int) { r.code = code }
+
+// TestSlowHeadersAreCutOff: a client that sends its headers slowly loses its
+// connection, and the server goes on serving others.
+func TestSlowHeadersAreCutOff(t *testing.T) {
+	ca, err := certs.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue([]string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := leaf.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testServer(t)
+	srv.Addr, srv.TLSConfig, srv.ReadHeaderTimeout = "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}}, 300*time.Millisecond
+	addrc := make(chan net.Addr, 1)
+	srv.Listening = func(a net.Addr) { addrc <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	addr := (<-addrc).String()
+	defer func() { cancel(); <-done }()
+
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // test server
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /mutate-pods HTTP/1.1\r\nHost: x\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	_, err = conn.Read(make([]byte, 1))
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 3*time.Second {
+		t.Fatalf("the slow client kept its connection: %v after %s", err, time.Since(start))
+	}
+
+	// Others are still served.
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // test server
+	resp, err := client.Post("https://"+addr+PathMutatePods, "application/json", bytes.NewReader(testReview(t, "admissionreview-pod.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r reviewResponse
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || !r.Response.Allowed {
+		t.Fatalf("after the slow client: %v %+v", err, r.Response)
+	}
+}
