@@ -185,4 +185,3 @@ func TestReinvocation(t *testing.T) {
 		return nil
 	})
 }
-
