@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -76,6 +77,22 @@ func applySidecar(t *testing.T, sc *v1alpha1.Sidecar) {
 		}
 		return nil
 	})
+}
+
+// updateSidecar changes a Sidecar's spec, retrying on conflicts with the
+// operator's own writes (finalizer, status).
+func updateSidecar(t *testing.T, sc *v1alpha1.Sidecar, change func(*v1alpha1.Sidecar)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sc), sc); err != nil {
+			return err
+		}
+		change(sc)
+		return k8s.Update(context.Background(), sc)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // deleteAndWait deletes obj and waits until it is gone, finalizers done.

@@ -151,13 +151,7 @@ func TestRBACFollowsInjectedPods(t *testing.T) {
 	waitBinding(t, sc, ns1)
 
 	// The rules change: the ClusterRole follows.
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(sc), sc); err != nil {
-		t.Fatal(err)
-	}
-	sc.Spec.RBAC.Rules = execRules[:1]
-	if err := k8s.Update(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
+	updateSidecar(t, sc, func(sc *v1alpha1.Sidecar) { sc.Spec.RBAC.Rules = execRules[:1] })
 	eventually(t, 20*time.Second, func() error {
 		if err := k8s.Get(ctx, client.ObjectKey{Name: operator.RoleName(sc.Name)}, &role); err != nil {
 			return err
@@ -344,9 +338,6 @@ func TestStatusCountsInjectedOutdatedAndMissedPods(t *testing.T) {
 	})
 
 	// A new revision makes the injected pod outdated.
-	sc.Spec.Containers[0].Image = "registry.example.com/xxl-agent:1.5.0"
-	if err := k8s.Update(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
+	updateSidecar(t, sc, func(sc *v1alpha1.Sidecar) { sc.Spec.Containers[0].Image = "registry.example.com/xxl-agent:1.5.0" })
 	waitStatus(2, 1, 1, 1)
 }
