@@ -125,15 +125,18 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 	}
+	// A client may send on a keep-alive connection just as the server closes
+	// it. Closed with a reset rather than a TLS close_notify, the client sees
+	// ECONNRESET, on which the apiserver retries, instead of EOF or a broken
+	// pipe, on which it fails the review. So idle connections are reset
+	// before anything else would close them gracefully.
+	idle.reset()
 	if s.DrainDelay > 0 {
 		s.draining.Store(true)
-		srv.SetKeepAlivesEnabled(false)
+		srv.SetKeepAlivesEnabled(false) // each answer now closes its connection
+		idle.reset()
 		s.Log.Info("draining before shutdown", "delay", s.DrainDelay)
 		time.Sleep(s.DrainDelay)
-		// A client may send on a keep-alive connection just as it is closed.
-		// Closed with a reset rather than a TLS close_notify, the client
-		// sees ECONNRESET, on which the apiserver retries, instead of EOF,
-		// on which it fails the review.
 		idle.reset()
 	}
 	timeout := s.ShutdownTimeout
