@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -108,8 +107,6 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.ReadHeaderTimeout > 0 {
 		srv.ReadHeaderTimeout = s.ReadHeaderTimeout
 	}
-	idle := &idleConns{conns: map[net.Conn]bool{}}
-	srv.ConnState = idle.track
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return err
@@ -125,19 +122,11 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 	}
-	// A client may send on a keep-alive connection just as the server closes
-	// it. Closed with a reset rather than a TLS close_notify, the client sees
-	// ECONNRESET, on which the apiserver retries, instead of EOF or a broken
-	// pipe, on which it fails the review. So idle connections are reset
-	// before anything else would close them gracefully.
-	idle.reset()
 	if s.DrainDelay > 0 {
 		s.draining.Store(true)
 		srv.SetKeepAlivesEnabled(false) // each answer now closes its connection
-		idle.reset()
 		s.Log.Info("draining before shutdown", "delay", s.DrainDelay)
 		time.Sleep(s.DrainDelay)
-		idle.reset()
 	}
 	timeout := s.ShutdownTimeout
 	if timeout == 0 {
@@ -152,39 +141,6 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	return nil
-}
-
-// idleConns tracks the server's idle connections.
-type idleConns struct {
-	mu    sync.Mutex
-	conns map[net.Conn]bool
-}
-
-func (c *idleConns) track(conn net.Conn, state http.ConnState) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if state == http.StateIdle {
-		c.conns[conn] = true
-	} else {
-		delete(c.conns, conn)
-	}
-}
-
-// reset closes every idle connection with a TCP reset.
-func (c *idleConns) reset() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for conn := range c.conns {
-		raw := conn
-		if t, ok := conn.(*tls.Conn); ok {
-			raw = t.NetConn()
-		}
-		if tcp, ok := raw.(*net.TCPConn); ok {
-			_ = tcp.SetLinger(0)
-		}
-		_ = raw.Close()
-		delete(c.conns, conn)
-	}
 }
 
 // NeedLeaderElection is false: every replica serves the webhook.
