@@ -14,10 +14,8 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 )
@@ -84,34 +82,13 @@ func TestRotationsLoseNoPod(t *testing.T) {
 	applySidecar(t, scs["fluentd"])
 	ns := createNamespace(t, nil)
 
-	var created, failed int
-	var failures []string
 	var mu sync.Mutex
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			pod := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{GenerateName: "loop-", Namespace: ns, Labels: map[string]string{"logging": "fluentd"}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-			}
-			err := k8s.Create(ctx, pod)
+	var failures []string
+	loop := startPodLoop(ns, func(err error) {
+		if err != nil {
 			mu.Lock()
-			created++
-			if err == nil && !strings.Contains(pod.Annotations[v1alpha1.AnnotationStatus], "fluentd") {
-				err = fmt.Errorf("pod %s not injected", pod.Name)
-			}
-			if err != nil {
-				failed++
-				failures = append(failures, err.Error())
-			}
+			failures = append(failures, err.Error())
 			mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
 		}
 	})
 
@@ -147,10 +124,9 @@ func TestRotationsLoseNoPod(t *testing.T) {
 	})
 
 	time.Sleep(time.Second) // a few more creates on the new CA
-	close(stop)
-	wg.Wait()
-	if created < 20 || failed > 0 {
-		t.Fatalf("%d creates, %d failed: %v", created, failed, failures)
+	created := loop.Stop()
+	if created < 20 || len(failures) > 0 {
+		t.Fatalf("%d creates, %d failed: %v", created, len(failures), failures)
 	}
 	t.Logf("%d pods created across the rotations, all injected", created)
 

@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
 	"github.com/sidecar-operator/sidecar-operator/internal/operator"
 )
@@ -192,38 +191,19 @@ func TestTwoReplicas(t *testing.T) {
 
 	applySidecar(t, exampleSidecars(t)["fluentd"])
 	ns := createNamespace(t, nil)
-	var created, failed, cut atomic.Int64
+	var failed, cut atomic.Int64
 	var failures sync.Map
 	var dying atomic.Bool
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			pod := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{GenerateName: "ha-", Namespace: ns, Labels: map[string]string{"logging": "fluentd"}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-			}
-			err := k8s.Create(ctx, pod)
-			if err == nil && !strings.Contains(pod.Annotations[v1alpha1.AnnotationStatus], "fluentd") {
-				err = fmt.Errorf("pod %s not injected", pod.Name)
-			}
-			created.Add(1)
-			switch {
-			case err != nil && dying.Load() && connectionCut(err):
-				// The apiserver does not retry an admission call whose
-				// keep-alive connection the dying replica closed
-				// (kubernetes/kubernetes#127335): counted, not hidden.
-				cut.Add(1)
-			case err != nil:
-				failed.Add(1)
-				failures.Store(err.Error(), true)
-			}
-			time.Sleep(20 * time.Millisecond)
+	loop := startPodLoop(ns, func(err error) {
+		switch {
+		case err != nil && dying.Load() && connectionCut(err):
+			// The apiserver does not retry an admission call whose
+			// keep-alive connection the dying replica closed
+			// (kubernetes/kubernetes#127335): counted, not hidden.
+			cut.Add(1)
+		case err != nil:
+			failed.Add(1)
+			failures.Store(err.Error(), true)
 		}
 	})
 	forceHA := func(what string) {
@@ -287,18 +267,17 @@ func TestTwoReplicas(t *testing.T) {
 	})
 	handover := time.Duration(follower.leadAt.Load() - died.UnixNano())
 	time.Sleep(2 * time.Second) // pods keep coming through the survivor
-	close(stop)
-	wg.Wait()
+	created := loop.Stop()
 
 	// A leader that dies without releasing its lease is replaced once the
 	// lease runs out and a candidate retries: at most lease + retry period.
 	if limit := lease + 2*retry; handover > limit {
 		t.Errorf("handover took %s, more than %s (the lease and a retry period)", handover, limit)
 	}
-	if created.Load() < 50 || failed.Load() > 0 || cut.Load() > 2 {
+	if created < 50 || failed.Load() > 0 || cut.Load() > 2 {
 		var msgs []string
 		failures.Range(func(k, _ any) bool { msgs = append(msgs, k.(string)); return true })
-		t.Fatalf("%d creates, %d failed: %v", created.Load(), failed.Load(), msgs)
+		t.Fatalf("%d creates, %d failed: %v", created, failed.Load(), msgs)
 	}
-	t.Logf("%d pods created, all injected; leadership handed over in %s; %d creates cut by the dying replica's connections", created.Load(), handover.Round(time.Millisecond), cut.Load())
+	t.Logf("%d pods created, all injected; leadership handed over in %s; %d creates cut by the dying replica's connections", created, handover.Round(time.Millisecond), cut.Load())
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,3 +163,41 @@ func (w *warnings) all() string {
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// podLoop creates fluentd pods in ns one after another until stopped, and
+// hands each result to check: the create error, or an error for a pod
+// admitted without its sidecar.
+type podLoop struct {
+	created atomic.Int64
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func startPodLoop(ns string, check func(error)) *podLoop {
+	l := &podLoop{stop: make(chan struct{})}
+	l.wg.Go(func() {
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			pod := scenarioPod(ns)
+			err := k8s.Create(context.Background(), pod)
+			if err == nil && !strings.Contains(pod.Annotations[v1alpha1.AnnotationStatus], "fluentd") {
+				err = fmt.Errorf("pod %s not injected", pod.Name)
+			}
+			l.created.Add(1)
+			check(err)
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	return l
+}
+
+// Stop ends the loop and returns how many creates it made.
+func (l *podLoop) Stop() int64 {
+	close(l.stop)
+	l.wg.Wait()
+	return l.created.Load()
+}
