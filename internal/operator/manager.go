@@ -47,6 +47,8 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// Leader election records its Events through the core API.
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Options configure the manager started by `sidecar-operator run`.
 type Options struct {
