@@ -35,7 +35,13 @@ func (e *Engine) InjectJSON(raw []byte, namespace string, nsLabels NamespaceLabe
 	if err := DecodePodView(raw, &view); err != nil {
 		return nil, fmt.Errorf("decoding pod: %w", err)
 	}
-	return e.InjectView(&view, namespace, nsLabels, func() ([]corev1.Volume, error) {
+	return e.InjectView(&view, namespace, nsLabels, PodVolumesFromJSON(raw), buf)
+}
+
+// PodVolumesFromJSON decodes the volumes of the pod JSON raw in full, only
+// when the engine asks: to compare a pod volume with a Sidecar's.
+func PodVolumesFromJSON(raw []byte) PodVolumesFunc {
+	return func() ([]corev1.Volume, error) {
 		var pod struct {
 			Spec struct {
 				Volumes []corev1.Volume `json:"volumes"`
@@ -43,7 +49,7 @@ func (e *Engine) InjectJSON(raw []byte, namespace string, nsLabels NamespaceLabe
 		}
 		err := encjson.Unmarshal(raw, &pod)
 		return pod.Spec.Volumes, err
-	}, buf)
+	}
 }
 
 // PodVolumesFunc decodes the pod's volumes in full. The engine calls it only

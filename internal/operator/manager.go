@@ -263,7 +263,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		DrainDelay: opts.DrainDelay,
 		Validator: &webhook.Validator{
 			Engines:         engines,
-			NamespaceLabels: func(name string) (map[string]string, bool) { return namespaceLabels(cacheReader, name) },
+			NamespaceLabels: nsLabels,
 			Sidecars: func(ctx context.Context) ([]v1alpha1.Sidecar, error) {
 				var list v1alpha1.SidecarList
 				err := cacheReader.List(ctx, &list)
@@ -271,12 +271,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			},
 		},
 		Mutator: &webhook.Mutator{
-			Engines: engines,
-			Log:     log.WithName("mutator"),
-			Events:  mgr.GetEventRecorder("sidecar-operator-webhook"),
-			NamespaceLabels: func(name string) (map[string]string, bool) {
-				return namespaceLabels(cacheReader, name)
-			},
+			Engines:         engines,
+			Log:             log.WithName("mutator"),
+			Events:          mgr.GetEventRecorder("sidecar-operator-webhook"),
+			NamespaceLabels: nsLabels,
 		},
 		Ready: func() error {
 			select {

@@ -134,7 +134,7 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		sc := &sidecars.Items[i]
 		c := counts[sc.Name]
 		setPodGauges(sc.Name, c)
-		if err := r.writeStatus(ctx, engine, sc, c); err != nil {
+		if err := r.writeStatus(ctx, engine, sc, revisions[sc.Name], c); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -145,10 +145,10 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	return ctrl.Result{}, nil
 }
 
-func (r *statusReconciler) writeStatus(ctx context.Context, engine *inject.Engine, sc *v1alpha1.Sidecar, c *sidecarCounts) error {
+func (r *statusReconciler) writeStatus(ctx context.Context, engine *inject.Engine, sc *v1alpha1.Sidecar, revision string, c *sidecarCounts) error {
 	status := sc.Status.DeepCopy()
 	status.ObservedGeneration = sc.Generation
-	status.Revision = inject.Revision(&sc.Spec)
+	status.Revision = revision
 	status.MatchedPods, status.InjectedPods, status.OutdatedPods, status.MissedPods = c.matched, c.injected, c.outdated, c.missed
 	status.Namespaces = int32(c.namespaces.Len())
 	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Injecting", Message: "the webhook injects this revision"}

@@ -123,7 +123,7 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := review.Request
 	resp := response{apiVersion: review.APIVersion, uid: req.UID}
 	if req.Operation == "CREATE" && req.SubResource == "" {
-		res, err := engine.InjectView(&req.Object, req.Namespace, m.NamespaceLabels, podVolumes(req.ObjectJSON), (*out)[:0])
+		res, err := engine.InjectView(&req.Object, req.Namespace, m.NamespaceLabels, inject.PodVolumesFromJSON(req.ObjectJSON), (*out)[:0])
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

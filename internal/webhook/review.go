@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
@@ -163,20 +162,6 @@ func (k *groupVersionKind) read(s *jsonscan.Scanner) {
 		default:
 			s.Skip()
 		}
-	}
-}
-
-// podVolumes decodes the pod's volumes in full, on the rare path where the
-// engine must compare a pod volume with a Sidecar's.
-func podVolumes(object []byte) inject.PodVolumesFunc {
-	return func() ([]corev1.Volume, error) {
-		var pod struct {
-			Spec struct {
-				Volumes []corev1.Volume `json:"volumes"`
-			} `json:"spec"`
-		}
-		err := encjson.Unmarshal(object, &pod)
-		return pod.Spec.Volumes, err
 	}
 }
 
