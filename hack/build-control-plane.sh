@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver (from the k8s.io/kubernetes module) and etcd (from
-# go.etcd.io/etcd/server/v3) into bin/k8s/<kube>-<etcd>/, once per version pair.
+# Builds kube-apiserver and kube-controller-manager (from the k8s.io/kubernetes
+# module) and etcd (from go.etcd.io/etcd/server/v3) into bin/k8s/<kube>-<etcd>/,
+# once per version pair. The controller-manager runs Deployments for the tests
+# of verify --workload and rollout; there is still no scheduler or kubelet.
 # Prints the directory, which is what KUBEBUILDER_ASSETS should point at.
 set -euo pipefail
 
@@ -9,7 +11,7 @@ ETCD_VERSION=${ETCD_VERSION:-3.6.8}
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/bin/k8s/$KUBE_VERSION-$ETCD_VERSION"
 
-if [ -x "$out/kube-apiserver" ] && [ -x "$out/etcd" ]; then
+if [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] && [ -x "$out/etcd" ]; then
   echo "$out"
   exit 0
 fi
@@ -34,7 +36,7 @@ GO
   mv "$out/etcd.tmp" "$out/etcd"
 }
 
-build_apiserver() {
+build_kube() {
   mkdir -p "$work/kube" && cd "$work/kube"
   go mod init control-plane/kube >/dev/null 2>&1
   cat > tools.go <<'GO'
@@ -42,7 +44,10 @@ build_apiserver() {
 
 package tools
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+)
 GO
   go mod edit -require "k8s.io/kubernetes@v$KUBE_VERSION"
   # A dependent module ignores upstream's "=> ./staging/..." replaces: map each
@@ -54,10 +59,13 @@ GO
     go mod edit -replace "$mod=$mod@$staging_version"
   done
   go mod tidy >&2
-  CGO_ENABLED=0 go build -trimpath -o "$out/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver >&2
-  mv "$out/kube-apiserver.tmp" "$out/kube-apiserver"
+  for cmd in kube-apiserver kube-controller-manager; do
+    [ -x "$out/$cmd" ] && continue
+    CGO_ENABLED=0 go build -trimpath -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2
+    mv "$out/$cmd.tmp" "$out/$cmd"
+  done
 }
 
 [ -x "$out/etcd" ] || build_etcd
-[ -x "$out/kube-apiserver" ] || build_apiserver
+[ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] || build_kube
 echo "$out"

@@ -125,6 +125,9 @@ type plan struct {
 	warnings    []string
 	skipped     []Skip
 
+	// trace, when set, records why each Sidecar was chosen or not (Explain).
+	trace *tracer
+
 	// Backing arrays that save allocations for typical pods.
 	selectedBuf  [4]selection
 	appMountsBuf [8]appMount
@@ -133,6 +136,9 @@ type plan struct {
 // skip records a matching Sidecar left out, with a warning for the client
 // unless warning is empty.
 func (p *plan) skip(sidecar string, reason SkipReason, warning string) {
+	if p.trace != nil {
+		p.trace.verdict(sidecar, VerdictSkipped, skipText(reason, warning))
+	}
 	p.skipped = append(p.skipped, Skip{Sidecar: sidecar, Reason: reason})
 	if warning != "" {
 		p.warnings = append(p.warnings, warning)
@@ -140,6 +146,9 @@ func (p *plan) skip(sidecar string, reason SkipReason, warning string) {
 }
 
 func (p *plan) deny(sidecar, message string) {
+	if p.trace != nil {
+		p.trace.verdict(sidecar, VerdictDenied, message)
+	}
 	p.denied = append(p.denied, sidecar)
 	p.denials = append(p.denials, message)
 }
@@ -156,8 +165,15 @@ func (p *plan) appMount(m appMount) corev1.VolumeMount {
 // planFor decides what to inject. podVolume returns a volume of the pod by
 // name, for comparing a Sidecar volume with a pod volume of the same name.
 func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolume func(string) (*corev1.Volume, error)) *plan {
-	p := &plan{pod: pod}
+	p := &plan{}
 	p.selected = p.selectedBuf[:0]
+	e.fill(p, pod, namespace, nsLabels, podVolume)
+	return p
+}
+
+// fill makes the decisions of planFor into p, which may carry a tracer.
+func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolume func(string) (*corev1.Volume, error)) {
+	p.pod = pod
 	if pod.Metadata == nil {
 		pod.Metadata = &MetadataView{}
 		p.addMetadata = true
@@ -168,7 +184,10 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 	}
 	annotations := pod.Metadata.Annotations
 	if _, mirror := annotations[annotationMirror]; mirror || len(e.sidecars) == 0 {
-		return p
+		if mirror && p.trace != nil {
+			p.trace.all(VerdictNotSelected, "the pod is a static pod's mirror, which cannot be changed")
+		}
+		return
 	}
 	if pod.Metadata.Namespace != "" {
 		namespace = pod.Metadata.Namespace
@@ -178,21 +197,26 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 	if raw, ok := annotations[v1alpha1.AnnotationStatus]; ok {
 		if err := encjson.Unmarshal([]byte(raw), &existing); err != nil {
 			p.denials = append(p.denials, fmt.Sprintf("annotation %s is not valid injection status JSON: %v", v1alpha1.AnnotationStatus, err))
-			return p
+			if p.trace != nil {
+				p.trace.all(VerdictDenied, p.denials[0])
+			}
+			return
 		}
 	}
 	requested := annotations[v1alpha1.AnnotationInject]
 	skip := annotations[v1alpha1.AnnotationSkip]
 	skipAll := strings.TrimSpace(skip) == "*"
-	var nsLabelSet labels.Labels
+	var nsLabelSet labels.Set
 	podLabels := labels.Set(pod.Metadata.Labels)
 
 	for _, sc := range e.sidecars {
 		if statusHas(&existing, sc.name) {
+			if p.trace != nil {
+				p.trace.present(sc.name, &existing)
+			}
 			continue
 		}
-		byName := listHas(requested, sc.name)
-		if !byName && !(sc.selector != nil && sc.selector.Matches(podLabels)) && !activated(annotations, sc.activation) {
+		if !p.selects(sc, requested, podLabels, annotations) {
 			continue
 		}
 		if sc.nsSelector != nil && !sc.nsSelector.Empty() {
@@ -204,7 +228,14 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 				}
 				nsLabelSet = labels.Set(l)
 			}
-			if !sc.nsSelector.Matches(nsLabelSet) {
+			matches := sc.nsSelector.Matches(nsLabelSet)
+			if p.trace != nil {
+				p.trace.note(sc.name, fmt.Sprintf("namespaceSelector %s %s namespace %s (labels %s)", sc.nsSelector, matchWord(matches), namespace, labelsText(nsLabelSet)))
+			}
+			if !matches {
+				if p.trace != nil {
+					p.trace.verdict(sc.name, VerdictNotSelected, "the namespace is not selected")
+				}
 				continue
 			}
 		}
@@ -219,6 +250,9 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 		sel := selection{sc: sc, render: renderData{index: sc.paramIndex, pod: pod, ns: namespace}}
 		var missing []string
 		sel.render.params, missing = resolveParameters(sc.params, annotations)
+		if p.trace != nil {
+			p.trace.parameters(sc, annotations)
+		}
 		if len(missing) > 0 {
 			msg := fmt.Sprintf("sidecar %q requires pod annotations that are missing: %s", sc.name, quoteList(missing))
 			if sc.onMissing == v1alpha1.MissingParametersSkip {
@@ -232,6 +266,9 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 			p.deny(sc.name, fmt.Sprintf("sidecar %q: %v", sc.name, err))
 			continue
 		}
+		if p.trace != nil {
+			p.trace.verdict(sc.name, VerdictInject, "")
+		}
 		p.selected = append(p.selected, sel)
 	}
 	for _, name := range splitList(requested) { // nil when nothing is requested
@@ -240,7 +277,7 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 		}
 	}
 	if len(p.denials) > 0 || len(p.selected) == 0 {
-		return p
+		return
 	}
 	p.planAppMounts()
 	for _, sel := range p.selected {
@@ -250,7 +287,44 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 	}
 	p.status = statusJSON(&existing, p.selected)
 	p.addLabel = pod.Metadata.Labels[v1alpha1.LabelInjected] != "true"
-	return p
+	return
+}
+
+// selects applies the three ways a pod opts into a Sidecar: by name, by label
+// selector or by activation annotation. Tracing evaluates and records all
+// three; otherwise the first that holds decides.
+func (p *plan) selects(sc *compiledSidecar, requested string, podLabels labels.Set, annotations map[string]string) bool {
+	if p.trace == nil {
+		return listHas(requested, sc.name) || sc.selector != nil && sc.selector.Matches(podLabels) || activated(annotations, sc.activation)
+	}
+	byName := listHas(requested, sc.name)
+	if byName {
+		p.trace.note(sc.name, fmt.Sprintf("annotation %s requests it by name", v1alpha1.AnnotationInject))
+	} else {
+		p.trace.note(sc.name, fmt.Sprintf("annotation %s does not name it", v1alpha1.AnnotationInject))
+	}
+	bySelector := sc.selector != nil && sc.selector.Matches(podLabels)
+	if sc.selector == nil {
+		p.trace.note(sc.name, "selector: none, so it selects no pod by label")
+	} else {
+		p.trace.note(sc.name, fmt.Sprintf("selector %q %s the pod's labels %s", sc.selector.String(), matchWord(bySelector), labelsText(podLabels)))
+	}
+	byActivation := activated(annotations, sc.activation)
+	switch v, ok := annotations[sc.activation]; {
+	case sc.activation == "":
+		p.trace.note(sc.name, "activation: none")
+	case !ok:
+		p.trace.note(sc.name, fmt.Sprintf("activation annotation %s is not set", sc.activation))
+	case byActivation:
+		p.trace.note(sc.name, fmt.Sprintf("activation annotation %s is %q, which is true", sc.activation, v))
+	default:
+		p.trace.note(sc.name, fmt.Sprintf("activation annotation %s is %q, which is not true", sc.activation, v))
+	}
+	selected := byName || bySelector || byActivation
+	if !selected {
+		p.trace.verdict(sc.name, VerdictNotSelected, "the pod opts in neither by name, nor by label, nor by activation annotation")
+	}
+	return selected
 }
 
 // containerIn returns a container of the Sidecar whose name the pod already uses.

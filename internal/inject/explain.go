@@ -1,0 +1,166 @@
+package inject
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+// Verdict is what the engine decides about one Sidecar for one pod.
+type Verdict string
+
+// Verdicts of Explain.
+const (
+	// VerdictInject: injecting the pod now adds the Sidecar. For a pod that
+	// is already stored, the Sidecar was missed.
+	VerdictInject Verdict = "Inject"
+	// VerdictCurrent: the pod carries the Sidecar at its current revision.
+	VerdictCurrent Verdict = "Current"
+	// VerdictOutdated: the pod carries an older revision of the Sidecar.
+	VerdictOutdated Verdict = "Outdated"
+	// VerdictNotSelected: the pod does not opt into the Sidecar.
+	VerdictNotSelected Verdict = "NotSelected"
+	// VerdictSkipped: the pod opts in, but the Sidecar is left out; see Reasons.
+	VerdictSkipped Verdict = "Skipped"
+	// VerdictDenied: the pod opts in and would be rejected; see Reasons.
+	VerdictDenied Verdict = "Denied"
+)
+
+// Explanation says why the engine does or does not inject one Sidecar into
+// one pod: each criterion it checked, in order, and the parameters it read.
+type Explanation struct {
+	Sidecar  string  `json:"sidecar"`
+	Revision string  `json:"revision"`
+	Verdict  Verdict `json:"verdict"`
+	// InjectedRevision is the revision the pod carries, for Current and Outdated.
+	InjectedRevision string              `json:"injectedRevision,omitempty"`
+	Reasons          []string            `json:"reasons"`
+	Parameters       []ResolvedParameter `json:"parameters,omitempty"`
+}
+
+// ResolvedParameter is a Sidecar parameter as read from a pod.
+type ResolvedParameter struct {
+	Name       string `json:"name"`
+	Annotation string `json:"annotation"`
+	Value      string `json:"value,omitempty"`
+	// Source is "annotation", "default", "missing" (required and unset) or
+	// "unset" (optional, empty).
+	Source string `json:"source"`
+}
+
+// Explain runs the same decision as Inject with a trace, and returns one
+// Explanation per Sidecar of the engine, in injection order.
+func (e *Engine) Explain(pod *corev1.Pod, namespace string, nsLabels NamespaceLabelsFunc) []Explanation {
+	t := &tracer{byName: make(map[string]*Explanation, len(e.sidecars))}
+	for _, sc := range e.sidecars {
+		t.list = append(t.list, Explanation{Sidecar: sc.name, Revision: sc.revision})
+	}
+	for i := range t.list {
+		t.byName[t.list[i].Sidecar] = &t.list[i]
+	}
+	p := &plan{trace: t}
+	p.selected = p.selectedBuf[:0]
+	e.fill(p, viewOfPod(pod), namespace, nsLabels, podVolume(pod))
+	return t.list
+}
+
+// tracer collects the Explanations of one plan.
+type tracer struct {
+	list   []Explanation
+	byName map[string]*Explanation
+}
+
+func (t *tracer) note(sidecar, reason string) {
+	x := t.byName[sidecar]
+	x.Reasons = append(x.Reasons, reason)
+}
+
+func (t *tracer) verdict(sidecar string, v Verdict, reason string) {
+	x := t.byName[sidecar]
+	x.Verdict = v
+	if reason != "" {
+		x.Reasons = append(x.Reasons, reason)
+	}
+}
+
+// all gives every Sidecar the same verdict, for decisions about the whole pod.
+func (t *tracer) all(v Verdict, reason string) {
+	for i := range t.list {
+		t.verdict(t.list[i].Sidecar, v, reason)
+	}
+}
+
+func (t *tracer) present(sidecar string, status *v1alpha1.InjectionStatus) {
+	x := t.byName[sidecar]
+	for _, r := range status.Sidecars {
+		if r.Name == sidecar {
+			x.InjectedRevision = r.Revision
+		}
+	}
+	if x.InjectedRevision == x.Revision {
+		t.verdict(sidecar, VerdictCurrent, fmt.Sprintf("annotation %s records it at the current revision %s", v1alpha1.AnnotationStatus, x.Revision))
+		return
+	}
+	t.verdict(sidecar, VerdictOutdated, fmt.Sprintf("annotation %s records revision %s; the current one is %s: restart the workload to update it", v1alpha1.AnnotationStatus, x.InjectedRevision, x.Revision))
+}
+
+func (t *tracer) parameters(sc *compiledSidecar, annotations map[string]string) {
+	x := t.byName[sc.name]
+	for _, prm := range sc.params {
+		r := ResolvedParameter{Name: prm.Name, Annotation: prm.Annotation}
+		if v, ok := annotations[prm.Annotation]; ok {
+			r.Value, r.Source = v, "annotation"
+		} else if prm.Default != nil {
+			r.Value, r.Source = *prm.Default, "default"
+		} else if prm.Required {
+			r.Source = "missing"
+		} else {
+			r.Source = "unset"
+		}
+		x.Parameters = append(x.Parameters, r)
+	}
+}
+
+func skipText(reason SkipReason, warning string) string {
+	switch {
+	case warning != "":
+		return warning
+	case reason == SkipByAnnotation:
+		return fmt.Sprintf("annotation %s vetoes it", v1alpha1.AnnotationSkip)
+	default:
+		return string(reason)
+	}
+}
+
+func matchWord(ok bool) string {
+	if ok {
+		return "matches"
+	}
+	return "does not match"
+}
+
+func labelsText(l labels.Set) string {
+	if len(l) == 0 {
+		return "{}"
+	}
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(k + "=" + l[k])
+	}
+	b.WriteByte('}')
+	return b.String()
+}
