@@ -42,6 +42,7 @@ import (
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
+	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
@@ -515,7 +516,7 @@ func injectionChanged() predicate.Predicate {
 			oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
 			newPod, ok2 := e.ObjectNew.(*corev1.Pod)
 			return !ok1 || !ok2 || oldPod.Annotations[v1alpha1.AnnotationStatus] != newPod.Annotations[v1alpha1.AnnotationStatus] ||
-				terminated(oldPod) != terminated(newPod)
+				fleet.Finished(oldPod) != fleet.Finished(newPod)
 		},
 	}
 }

@@ -3,6 +3,8 @@ package operator
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 )
 
 // sidecarPods is the status of each Sidecar as metrics.
@@ -15,9 +17,9 @@ func init() {
 	metrics.Registry.MustRegister(sidecarPods)
 }
 
-func setPodGauges(sidecar string, c *sidecarCounts) {
-	sidecarPods.WithLabelValues(sidecar, "matched").Set(float64(c.matched))
-	sidecarPods.WithLabelValues(sidecar, "injected").Set(float64(c.injected))
-	sidecarPods.WithLabelValues(sidecar, "outdated").Set(float64(c.outdated))
-	sidecarPods.WithLabelValues(sidecar, "missed").Set(float64(c.missed))
+func setPodGauges(sidecar string, c *fleet.Counts) {
+	sidecarPods.WithLabelValues(sidecar, "matched").Set(float64(c.Matched))
+	sidecarPods.WithLabelValues(sidecar, "injected").Set(float64(c.Injected))
+	sidecarPods.WithLabelValues(sidecar, "outdated").Set(float64(c.Outdated))
+	sidecarPods.WithLabelValues(sidecar, "missed").Set(float64(c.Missed))
 }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 )
 
@@ -19,7 +20,7 @@ const indexInjectedSidecars = "sidecar-operator.io/injected-sidecars"
 
 func injectedSidecarNames(obj client.Object) []string {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || terminated(pod) {
+	if !ok || fleet.Finished(pod) {
 		return nil
 	}
 	records := inject.InjectedSidecars(pod.Annotations)
@@ -28,12 +29,6 @@ func injectedSidecarNames(obj client.Object) []string {
 		names[i] = r.Name
 	}
 	return names
-}
-
-// terminated pods no longer run their sidecars: they need no RBAC and are not
-// counted.
-func terminated(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
 // slimPod is the cache transform for pods, the operator's cost centre: it

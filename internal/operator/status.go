@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
@@ -59,11 +60,6 @@ type statusReconciler struct {
 	gauged sets.Set[string]
 }
 
-type sidecarCounts struct {
-	matched, injected, outdated, missed int32
-	namespaces                          sets.Set[string]
-}
-
 func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	engine := r.engines.Engine()
 	if engine == nil {
@@ -73,12 +69,12 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	if err := r.client.List(ctx, &sidecars); err != nil {
 		return ctrl.Result{}, err
 	}
-	counts := make(map[string]*sidecarCounts, len(sidecars.Items))
+	counts := make(map[string]*fleet.Counts, len(sidecars.Items))
 	revisions := make(map[string]string, len(sidecars.Items))
 	engineStale := false
 	for i := range sidecars.Items {
 		sc := &sidecars.Items[i]
-		counts[sc.Name] = &sidecarCounts{namespaces: sets.New[string]()}
+		counts[sc.Name] = fleet.NewCounts()
 		revisions[sc.Name] = inject.Revision(&sc.Spec)
 		if rev, ok := engine.Revision(sc.Name); ok && rev != revisions[sc.Name] {
 			engineStale = true // the engine controller has not caught up yet
@@ -89,37 +85,24 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	if err := r.client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
+	judge := &fleet.Judge{
+		Engine:          engine,
+		Revision:        func(name string) (string, bool) { rev, ok := revisions[name]; return rev, ok },
+		NamespaceLabels: r.nsLabels,
+		Excluded:        r.excluded,
+	}
 	seen := sets.New[string]()
+	var states []fleet.PodSidecar
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if terminated(pod) || !pod.DeletionTimestamp.IsZero() {
-			continue
-		}
-		for _, rec := range inject.InjectedSidecars(pod.Annotations) {
-			c := counts[rec.Name]
-			if c == nil {
-				continue
+		states = judge.Pod(pod, states[:0])
+		for _, st := range states {
+			counts[st.Sidecar].Add(pod.Namespace, st.State)
+			if st.State == fleet.Missed {
+				key := string(pod.UID) + "/" + st.Sidecar
+				seen.Insert(key)
+				r.reportMissed(key, pod, st.Sidecar)
 			}
-			c.injected++
-			c.matched++
-			c.namespaces.Insert(pod.Namespace)
-			if rec.Revision != revisions[rec.Name] {
-				c.outdated++
-			}
-		}
-		if r.excluded(pod.Namespace) {
-			continue
-		}
-		for _, name := range engine.Pending(pod, r.nsLabels) {
-			c := counts[name]
-			if c == nil {
-				continue
-			}
-			c.missed++
-			c.matched++
-			key := string(pod.UID) + "/" + name
-			seen.Insert(key)
-			r.reportMissed(key, pod, name)
 		}
 	}
 	r.mu.Lock()
@@ -145,12 +128,12 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	return ctrl.Result{}, nil
 }
 
-func (r *statusReconciler) writeStatus(ctx context.Context, engine *inject.Engine, sc *v1alpha1.Sidecar, revision string, c *sidecarCounts) error {
+func (r *statusReconciler) writeStatus(ctx context.Context, engine *inject.Engine, sc *v1alpha1.Sidecar, revision string, c *fleet.Counts) error {
 	status := sc.Status.DeepCopy()
 	status.ObservedGeneration = sc.Generation
 	status.Revision = revision
-	status.MatchedPods, status.InjectedPods, status.OutdatedPods, status.MissedPods = c.matched, c.injected, c.outdated, c.missed
-	status.Namespaces = int32(c.namespaces.Len())
+	status.MatchedPods, status.InjectedPods, status.OutdatedPods, status.MissedPods = c.Matched, c.Injected, c.Outdated, c.Missed
+	status.Namespaces = int32(c.Namespaces.Len())
 	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Injecting", Message: "the webhook injects this revision"}
 	if _, ok := engine.Revision(sc.Name); !ok {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Invalid", compileError(sc)

@@ -1,0 +1,231 @@
+// Package fleet judges running pods against Sidecars: which pods carry which
+// Sidecar, at the current revision or an older one, which missed one they
+// match, and which workload each pod belongs to. The status controller, the
+// status and rollout commands and the inventory API all judge through it.
+package fleet
+
+import (
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+)
+
+// State is how a pod stands with one Sidecar.
+type State string
+
+// States of a pod against a Sidecar.
+const (
+	Current  State = "Current"
+	Outdated State = "Outdated"
+	Missed   State = "Missed"
+)
+
+// PodSidecar is one Sidecar a pod carries or missed.
+type PodSidecar struct {
+	Sidecar string
+	State   State
+}
+
+// Judge classifies pods.
+type Judge struct {
+	// Engine decides which Sidecars a pod matches but lacks.
+	Engine *inject.Engine
+	// Revision is a Sidecar's current revision; false for a Sidecar that no
+	// longer exists, whose records are then ignored.
+	Revision func(sidecar string) (string, bool)
+	// NamespaceLabels feeds the engine's namespace selectors.
+	NamespaceLabels inject.NamespaceLabelsFunc
+	// Excluded reports namespaces the webhook does not serve: their pods are
+	// never missed.
+	Excluded func(namespace string) bool
+}
+
+// Pod appends to dst how the pod stands with each Sidecar it carries or
+// missed. Finished and deleting pods are not judged.
+func (j *Judge) Pod(pod *corev1.Pod, dst []PodSidecar) []PodSidecar {
+	if Finished(pod) || !pod.DeletionTimestamp.IsZero() {
+		return dst
+	}
+	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
+		rev, ok := j.Revision(rec.Name)
+		if !ok {
+			continue
+		}
+		state := Current
+		if rec.Revision != rev {
+			state = Outdated
+		}
+		dst = append(dst, PodSidecar{Sidecar: rec.Name, State: state})
+	}
+	if j.Excluded != nil && j.Excluded(pod.Namespace) {
+		return dst
+	}
+	for _, name := range j.Engine.Pending(pod, j.NamespaceLabels) {
+		if _, ok := j.Revision(name); ok {
+			dst = append(dst, PodSidecar{Sidecar: name, State: Missed})
+		}
+	}
+	return dst
+}
+
+// Finished pods no longer run their sidecars: they need no RBAC and are not counted.
+func Finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// Counts are one Sidecar's pods, as in its status.
+type Counts struct {
+	Matched, Injected, Outdated, Missed int32
+	Namespaces                          sets.Set[string]
+}
+
+// Add counts one pod's standing with the Sidecar.
+func (c *Counts) Add(namespace string, state State) {
+	c.Matched++
+	switch state {
+	case Missed:
+		c.Missed++
+		return
+	case Outdated:
+		c.Outdated++
+	}
+	c.Injected++
+	c.Namespaces.Insert(namespace)
+}
+
+// NewCounts returns empty counts.
+func NewCounts() *Counts { return &Counts{Namespaces: sets.New[string]()} }
+
+// WorkloadRef names the object that owns a pod: a Deployment (through its
+// ReplicaSet), StatefulSet, DaemonSet or other controller, else the pod.
+type WorkloadRef struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+func (r WorkloadRef) String() string { return r.Kind + " " + r.Namespace + "/" + r.Name }
+
+// ReplicaSetOwners maps a ReplicaSet to the Deployment that controls it.
+type ReplicaSetOwners map[types.NamespacedName]string
+
+// NewReplicaSetOwners indexes ReplicaSets (metadata is enough) by their controlling Deployment.
+func NewReplicaSetOwners(replicaSets []metav1.PartialObjectMetadata) ReplicaSetOwners {
+	out := make(ReplicaSetOwners, len(replicaSets))
+	for i := range replicaSets {
+		rs := &replicaSets[i]
+		if owner := metav1.GetControllerOf(rs); owner != nil && owner.Kind == "Deployment" {
+			out[types.NamespacedName{Namespace: rs.Namespace, Name: rs.Name}] = owner.Name
+		}
+	}
+	return out
+}
+
+// WorkloadOf returns the workload a pod belongs to.
+func (o ReplicaSetOwners) WorkloadOf(pod *corev1.Pod) WorkloadRef {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return WorkloadRef{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name}
+	}
+	if owner.Kind == "ReplicaSet" {
+		if d, ok := o[types.NamespacedName{Namespace: pod.Namespace, Name: owner.Name}]; ok {
+			return WorkloadRef{Kind: "Deployment", Namespace: pod.Namespace, Name: d}
+		}
+	}
+	return WorkloadRef{Kind: owner.Kind, Namespace: pod.Namespace, Name: owner.Name}
+}
+
+// Workload is what a workload's pods carry.
+type Workload struct {
+	WorkloadRef
+	Pods     int               `json:"pods"`
+	Sidecars []WorkloadSidecar `json:"sidecars"`
+}
+
+// WorkloadSidecar counts a workload's pods by their standing with one Sidecar.
+type WorkloadSidecar struct {
+	Name     string `json:"name"`
+	Current  int    `json:"current"`
+	Outdated int    `json:"outdated"`
+	Missed   int    `json:"missed"`
+}
+
+// NeedsRestart reports pods that a restart would bring to the current revision.
+func (s WorkloadSidecar) NeedsRestart() bool { return s.Outdated+s.Missed > 0 }
+
+// Summary is the fleet at one moment: each Sidecar's counts and each workload.
+type Summary struct {
+	Sidecars  map[string]*Counts
+	Workloads []Workload
+}
+
+// Summarize judges every pod. sidecars are the names to count, so that a
+// Sidecar without pods still has counts.
+func Summarize(pods []corev1.Pod, sidecars []string, judge *Judge, owners ReplicaSetOwners) *Summary {
+	s := &Summary{Sidecars: make(map[string]*Counts, len(sidecars))}
+	for _, name := range sidecars {
+		s.Sidecars[name] = NewCounts()
+	}
+	type acc struct {
+		pods     int
+		sidecars map[string]*WorkloadSidecar
+	}
+	workloads := map[WorkloadRef]*acc{}
+	var states []PodSidecar
+	for i := range pods {
+		pod := &pods[i]
+		if Finished(pod) || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		ref := owners.WorkloadOf(pod)
+		w := workloads[ref]
+		if w == nil {
+			w = &acc{sidecars: map[string]*WorkloadSidecar{}}
+			workloads[ref] = w
+		}
+		w.pods++
+		states = judge.Pod(pod, states[:0])
+		for _, st := range states {
+			if c := s.Sidecars[st.Sidecar]; c != nil {
+				c.Add(pod.Namespace, st.State)
+			}
+			ws := w.sidecars[st.Sidecar]
+			if ws == nil {
+				ws = &WorkloadSidecar{Name: st.Sidecar}
+				w.sidecars[st.Sidecar] = ws
+			}
+			switch st.State {
+			case Current:
+				ws.Current++
+			case Outdated:
+				ws.Outdated++
+			case Missed:
+				ws.Missed++
+			}
+		}
+	}
+	for ref, w := range workloads {
+		out := Workload{WorkloadRef: ref, Pods: w.pods, Sidecars: []WorkloadSidecar{}}
+		for _, ws := range w.sidecars {
+			out.Sidecars = append(out.Sidecars, *ws)
+		}
+		sort.Slice(out.Sidecars, func(i, j int) bool { return out.Sidecars[i].Name < out.Sidecars[j].Name })
+		s.Workloads = append(s.Workloads, out)
+	}
+	sort.Slice(s.Workloads, func(i, j int) bool {
+		a, b := s.Workloads[i].WorkloadRef, s.Workloads[j].WorkloadRef
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.Name < b.Name
+	})
+	return s
+}

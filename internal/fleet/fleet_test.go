@@ -1,0 +1,74 @@
+package fleet
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+)
+
+func TestSummarize(t *testing.T) {
+	logger := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "logger"}}
+	logger.Spec.Containers = []corev1.Container{{Name: "logger", Image: "logger:1"}}
+	logger.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"logging": "on"}}
+	engine, err := inject.New([]v1alpha1.Sidecar{logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, _ := engine.Revision("logger")
+	status := func(revision string) map[string]string {
+		return map[string]string{v1alpha1.AnnotationStatus: `{"sidecars":[{"name":"logger","revision":"` + revision + `"}]}`}
+	}
+	owned := func(kind, name string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{Kind: kind, Name: name, Controller: ptr.To(true)}}
+	}
+	pod := func(ns, name string, owners []metav1.OwnerReference, annotations map[string]string, phase corev1.PodPhase) corev1.Pod {
+		return corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"logging": "on"}, Annotations: annotations, OwnerReferences: owners},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}},
+			Status:     corev1.PodStatus{Phase: phase},
+		}
+	}
+	pods := []corev1.Pod{
+		pod("shop", "web-1", owned("ReplicaSet", "web-abc"), status(rev), ""),
+		pod("shop", "web-2", owned("ReplicaSet", "web-abc"), status("old"), ""),
+		pod("shop", "db-0", owned("StatefulSet", "db"), nil, ""),
+		pod("shop", "job-x", owned("Job", "nightly"), status(rev), corev1.PodSucceeded),
+		pod("quiet", "loose", nil, nil, ""),
+	}
+	rs := metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-abc", OwnerReferences: owned("Deployment", "web")}}
+	judge := &Judge{
+		Engine:          engine,
+		Revision:        engine.Revision,
+		NamespaceLabels: inject.DefaultNamespaceLabels,
+		Excluded:        func(ns string) bool { return ns == "quiet" },
+	}
+	s := Summarize(pods, []string{"logger"}, judge, NewReplicaSetOwners([]metav1.PartialObjectMetadata{rs}))
+
+	c := s.Sidecars["logger"]
+	if c.Matched != 3 || c.Injected != 2 || c.Outdated != 1 || c.Missed != 1 || c.Namespaces.Len() != 1 {
+		t.Errorf("counts: got %+v", *c)
+	}
+	want := map[string]WorkloadSidecar{
+		"Deployment shop/web": {Name: "logger", Current: 1, Outdated: 1},
+		"StatefulSet shop/db": {Name: "logger", Missed: 1},
+	}
+	if len(s.Workloads) != 3 {
+		t.Fatalf("want 3 workloads (the finished Job pod left out), got %+v", s.Workloads)
+	}
+	for _, w := range s.Workloads {
+		if w.WorkloadRef.String() == "Pod quiet/loose" {
+			if len(w.Sidecars) != 0 {
+				t.Errorf("a pod in an excluded namespace is not missed: %+v", w)
+			}
+			continue
+		}
+		if len(w.Sidecars) != 1 || w.Sidecars[0] != want[w.WorkloadRef.String()] {
+			t.Errorf("%s: got %+v, want %+v", w.WorkloadRef, w.Sidecars, want[w.WorkloadRef.String()])
+		}
+	}
+}
