@@ -24,6 +24,7 @@ func NewRootCommand() *cobra.Command {
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	root.PersistentFlags().AddGoFlagSet(goFlags)
-	root.AddCommand(newRunCommand(), newServeCommand(), newInjectCommand(), newCertsCommand(), newManifestsCommand())
+	root.AddCommand(newRunCommand(), newServeCommand(), newInjectCommand(), newCertsCommand(), newManifestsCommand(),
+		newVerifyCommand(), newExplainCommand(), newStatusCommand(), newRolloutCommand())
 	return root
 }

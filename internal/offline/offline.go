@@ -87,8 +87,18 @@ func (in *Injector) document(doc []byte) ([]byte, error) {
 
 // object injects into obj in place and reports whether it changed.
 func (in *Injector) object(obj map[string]any) (bool, error) {
+	return walk(obj, in.DefaultNamespace, in.pod)
+}
+
+// podVisitor is called on each Pod or pod template of a document, held as a
+// map; field is where the template sits ("" for a Pod). It reports whether
+// it changed the map.
+type podVisitor func(tmpl map[string]any, namespace, field string) (bool, error)
+
+// walk visits the Pods and pod templates of obj, a document or a List.
+func walk(obj map[string]any, defaultNamespace string, visit podVisitor) (bool, error) {
 	kind, _ := obj["kind"].(string)
-	namespace := in.DefaultNamespace
+	namespace := defaultNamespace
 	if meta, ok := obj["metadata"].(map[string]any); ok {
 		if ns, ok := meta["namespace"].(string); ok && ns != "" {
 			namespace = ns
@@ -102,7 +112,7 @@ func (in *Injector) object(obj map[string]any) (bool, error) {
 			if !ok {
 				return false, fmt.Errorf("items[%d] is not an object", i)
 			}
-			c, err := in.object(m)
+			c, err := walk(m, defaultNamespace, visit)
 			if err != nil {
 				return false, fmt.Errorf("items[%d]%s: %w", i, describeObject(m), err)
 			}
@@ -114,7 +124,7 @@ func (in *Injector) object(obj map[string]any) (bool, error) {
 		if v, _ := obj["apiVersion"].(string); v != "v1" {
 			return false, nil
 		}
-		return in.pod(obj, namespace, "")
+		return visit(obj, namespace, "")
 	}
 	path, ok := templatePaths[kind]
 	if !ok {
@@ -128,24 +138,34 @@ func (in *Injector) object(obj map[string]any) (bool, error) {
 		}
 		tmpl = next
 	}
-	return in.pod(tmpl, namespace, "."+strings.Join(path, "."))
+	return visit(tmpl, namespace, "."+strings.Join(path, "."))
+}
+
+// decodePod decodes a Pod or pod template held as a map, strictly, as the
+// apiserver would; raw is its metadata and spec as JSON.
+func decodePod(obj map[string]any, field string) (raw []byte, pod *corev1.Pod, err error) {
+	raw, err = json.Marshal(map[string]any{"metadata": obj["metadata"], "spec": obj["spec"]})
+	if err != nil {
+		return nil, nil, err
+	}
+	pod = &corev1.Pod{}
+	strictErrs, err := kjson.UnmarshalStrict(raw, pod)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", orPod(field), err)
+	}
+	if len(strictErrs) > 0 {
+		return nil, nil, fmt.Errorf("%s: %w", orPod(field), strictErrs[0])
+	}
+	return raw, pod, nil
 }
 
 // pod injects into a Pod or pod template held as a map, in place.
 func (in *Injector) pod(obj map[string]any, namespace, field string) (bool, error) {
-	raw, err := json.Marshal(map[string]any{"metadata": obj["metadata"], "spec": obj["spec"]})
+	raw, pod, err := decodePod(obj, field)
 	if err != nil {
 		return false, err
 	}
-	var pod corev1.Pod
-	strictErrs, err := kjson.UnmarshalStrict(raw, &pod)
-	if err != nil {
-		return false, fmt.Errorf("%s: %w", orPod(field), err)
-	}
-	if len(strictErrs) > 0 {
-		return false, fmt.Errorf("%s: %w", orPod(field), strictErrs[0])
-	}
-	res, err := in.Engine.Inject(&pod, namespace, inject.DefaultNamespaceLabels)
+	res, err := in.Engine.Inject(pod, namespace, inject.DefaultNamespaceLabels)
 	if err != nil {
 		return false, err
 	}
@@ -204,4 +224,65 @@ func describeObject(obj map[string]any) string {
 		name = ns + "/" + name
 	}
 	return fmt.Sprintf(" (%s %s)", kind, name)
+}
+
+// ManifestPod is a Pod or pod template found in a manifest.
+type ManifestPod struct {
+	// Source names it: "Deployment shop/web .spec.template", "Pod shop/db".
+	Source    string
+	Namespace string
+	Pod       *corev1.Pod
+}
+
+// Pods returns the Pods and pod templates of the YAML documents in r, in
+// order, each decoded strictly.
+func Pods(r io.Reader, defaultNamespace string) ([]ManifestPod, error) {
+	docs, err := sidecarfile.SplitYAML(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading YAML: %w", err)
+	}
+	var out []ManifestPod
+	for i, doc := range docs {
+		raw, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: not valid YAML: %w", i+1, err)
+		}
+		var obj map[string]any
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return nil, fmt.Errorf("document %d: not a Kubernetes object: %w", i+1, err)
+		}
+		var current map[string]any
+		visit := func(tmpl map[string]any, namespace, field string) (bool, error) {
+			_, pod, err := decodePod(tmpl, field)
+			if err != nil {
+				return false, err
+			}
+			source := strings.TrimPrefix(describeObject(current), " ")
+			if field != "" {
+				source += " " + field
+			}
+			out = append(out, ManifestPod{Source: source, Namespace: namespace, Pod: pod})
+			return false, nil
+		}
+		// A List's items are described by the list's walk; describe the document itself otherwise.
+		current = obj
+		if kind, _ := obj["kind"].(string); kind == "List" {
+			items, _ := obj["items"].([]any)
+			for j, item := range items {
+				m, ok := item.(map[string]any)
+				if !ok {
+					return nil, fmt.Errorf("document %d: items[%d] is not an object", i+1, j)
+				}
+				current = m
+				if _, err := walk(m, defaultNamespace, visit); err != nil {
+					return nil, fmt.Errorf("document %d items[%d]%s: %w", i+1, j, describeObject(m), err)
+				}
+			}
+			continue
+		}
+		if _, err := walk(obj, defaultNamespace, visit); err != nil {
+			return nil, fmt.Errorf("document %d%s: %w", i+1, describeObject(obj), err)
+		}
+	}
+	return out, nil
 }

@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/clusterstate"
+	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+)
+
+// clusterFlags are how the cluster tools (verify, explain pod, status,
+// rollout) reach a cluster.
+type clusterFlags struct {
+	kubeconfig, context, webhookConfigName string
+}
+
+func (c *clusterFlags) bind(f *pflag.FlagSet) {
+	f.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; empty follows $KUBECONFIG, ~/.kube/config, then the in-cluster config")
+	f.StringVar(&c.context, "context", "", "kubeconfig context to use")
+	f.StringVar(&c.webhookConfigName, "webhook-config-name", clusterstate.DefaultWebhookConfigName, "MutatingWebhookConfiguration the operator keeps")
+}
+
+// config loads the client configuration the way kubectl does.
+func (c *clusterFlags) config() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = c.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the client configuration (--kubeconfig, --context): %w", err)
+	}
+	return cfg, nil
+}
+
+func (c *clusterFlags) client() (client.Client, error) {
+	cfg, err := c.config()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: operator.Scheme()})
+}
+
+func (c *clusterFlags) loader(cl client.Reader) *clusterstate.Loader {
+	return &clusterstate.Loader{Reader: cl, WebhookConfigName: c.webhookConfigName, PageSize: 500}
+}

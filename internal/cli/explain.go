@@ -1,0 +1,224 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/offline"
+)
+
+// explained is one pod's explanation, as printed.
+type explained struct {
+	Source    string `json:"source"`
+	Namespace string `json:"namespace"`
+	// Live is set for a stored pod: Inject then means the pod missed it.
+	Live         bool                 `json:"live"`
+	Explanations []inject.Explanation `json:"sidecars"`
+}
+
+func newExplainCommand() *cobra.Command {
+	var (
+		cluster            clusterFlags
+		sidecars, file, ns string
+		output             string
+	)
+	cmd := &cobra.Command{
+		Use:   "explain [--sidecars <file|dir>] -f <manifest|->",
+		Short: "Say, for each Sidecar, whether it applies to a pod and why",
+		Long: `For each Pod and pod template in a manifest, and each Sidecar, say whether the
+Sidecar applies and why: which of the opt-ins (the sidecar-operator.io/inject
+annotation, the label selector, the activation annotation) held, whether the
+namespace selector matched, and which parameters resolved, to what. It runs
+the webhook's own decision, traced.
+
+With --sidecars it runs offline, as inject does, and knows only each
+namespace's kubernetes.io/metadata.name label. Without it, it reads the
+cluster's Sidecars and namespaces.
+
+'explain pod <namespace>/<name>' explains a live pod, including whether it
+carries each Sidecar at the current revision, an older one, or missed it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			var in io.Reader = cmd.InOrStdin()
+			if file != "-" {
+				f, err := os.Open(file)
+				if err != nil {
+					return fmt.Errorf("-f: %w", err)
+				}
+				defer f.Close()
+				in = f
+			}
+			pods, err := offline.Pods(in, ns)
+			if err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			engine, nsLabels := (*inject.Engine)(nil), inject.NamespaceLabelsFunc(inject.DefaultNamespaceLabels)
+			if sidecars != "" {
+				if engine, _, err = loadEngine(sidecars); err != nil {
+					return err
+				}
+			} else {
+				c, err := cluster.client()
+				if err != nil {
+					return err
+				}
+				snap, err := cluster.loader(c).Load(cmd.Context(), "", false)
+				if err != nil {
+					return err
+				}
+				warnLeftOut(cmd, snap.EngineErr)
+				engine, nsLabels = snap.Engine, snap.NamespaceLabels
+			}
+			var out []explained
+			for _, p := range pods {
+				out = append(out, explained{Source: p.Source, Namespace: p.Namespace, Explanations: engine.Explain(p.Pod, p.Namespace, nsLabels)})
+			}
+			return writeExplained(cmd.OutOrStdout(), output, out)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&sidecars, "sidecars", "", "Sidecar YAML file or directory: run offline (default: the cluster's Sidecars)")
+	f.StringVarP(&file, "filename", "f", "", "manifest file, or - for standard input (required)")
+	f.StringVarP(&ns, "namespace", "n", "default", "namespace for objects that do not name one")
+	f.StringVarP(&output, "output", "o", "text", "text or json")
+	cluster.bind(f)
+	_ = cmd.MarkFlagRequired("filename")
+	cmd.AddCommand(newExplainPodCommand())
+	return cmd
+}
+
+func newExplainPodCommand() *cobra.Command {
+	var (
+		cluster clusterFlags
+		output  string
+	)
+	cmd := &cobra.Command{
+		Use:   "pod <namespace>/<name>",
+		Short: "Explain a live pod: which Sidecars it carries, at which revision, and which it missed",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			namespace, name, ok := strings.Cut(args[0], "/")
+			if !ok || namespace == "" || name == "" {
+				return fmt.Errorf("want <namespace>/<name>, got %q", args[0])
+			}
+			c, err := cluster.client()
+			if err != nil {
+				return err
+			}
+			var pod corev1.Pod
+			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: namespace, Name: name}, &pod); err != nil {
+				return fmt.Errorf("pod %s: %w", args[0], err)
+			}
+			snap, err := cluster.loader(c).Load(cmd.Context(), namespace, true)
+			if err != nil {
+				return err
+			}
+			warnLeftOut(cmd, snap.EngineErr)
+			source := "Pod " + args[0]
+			if w := snap.Owners.WorkloadOf(&pod); w.Kind != "Pod" {
+				source += " of " + w.String()
+			}
+			x := explained{Source: source, Namespace: namespace, Live: true, Explanations: snap.Engine.Explain(&pod, namespace, snap.NamespaceLabels)}
+			if fleet.Finished(&pod) {
+				x.Source += " (finished: not counted)"
+			} else if why := snap.WebhookSkips(namespace, pod.Labels); why != "" {
+				x.Source += " (" + why + ")"
+			}
+			return writeExplained(cmd.OutOrStdout(), output, []explained{x})
+		},
+	}
+	cluster.bind(cmd.Flags())
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	return cmd
+}
+
+func checkOutput(output string) error {
+	if output != "text" && output != "json" {
+		return fmt.Errorf("--output: want text or json, got %q", output)
+	}
+	return nil
+}
+
+func warnLeftOut(cmd *cobra.Command, err error) {
+	if err != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), "Warning: Sidecars left out because they do not compile:", err)
+	}
+}
+
+func writeExplained(w io.Writer, output string, list []explained) error {
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if list == nil {
+			list = []explained{}
+		}
+		return enc.Encode(list)
+	}
+	for i, x := range list {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s, namespace %s\n", x.Source, x.Namespace)
+		if len(x.Explanations) == 0 {
+			fmt.Fprintln(w, "  no Sidecars")
+		}
+		for _, e := range x.Explanations {
+			fmt.Fprintf(w, "  %s: %s (revision %s)\n", e.Sidecar, verdictText(e.Verdict, x.Live), e.Revision)
+			for _, r := range e.Reasons {
+				fmt.Fprintf(w, "    - %s\n", r)
+			}
+			for _, p := range e.Parameters {
+				fmt.Fprintf(w, "    parameter %s\n", parameterText(p))
+			}
+		}
+	}
+	return nil
+}
+
+// verdictText words a verdict; on a stored pod, Inject means it was missed.
+func verdictText(v inject.Verdict, live bool) string {
+	switch {
+	case v == inject.VerdictInject && live:
+		return "MISSED: it matches and would be injected now; restart the workload"
+	case v == inject.VerdictInject:
+		return "INJECTED"
+	case v == inject.VerdictCurrent:
+		return "injected, current"
+	case v == inject.VerdictOutdated:
+		return "injected, OUTDATED"
+	case v == inject.VerdictNotSelected:
+		return "does not apply"
+	case v == inject.VerdictSkipped:
+		return "applies but SKIPPED"
+	case v == inject.VerdictDenied:
+		return "applies, and the pod would be DENIED"
+	}
+	return string(v)
+}
+
+func parameterText(p inject.ResolvedParameter) string {
+	switch p.Source {
+	case "annotation":
+		return fmt.Sprintf("%s = %q, from annotation %s", p.Name, p.Value, p.Annotation)
+	case "default":
+		return fmt.Sprintf("%s = %q, the default (annotation %s is not set)", p.Name, p.Value, p.Annotation)
+	case "missing":
+		return fmt.Sprintf("%s is MISSING: annotation %s is required", p.Name, p.Annotation)
+	}
+	return fmt.Sprintf("%s is empty (annotation %s is not set)", p.Name, p.Annotation)
+}

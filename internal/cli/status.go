@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/clusterstate"
+	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
+)
+
+func newStatusCommand() *cobra.Command {
+	var (
+		cluster   clusterFlags
+		namespace string
+		output    string
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show each Sidecar's pods and what each workload's pods carry",
+		Long: `Judge every pod against the cluster's Sidecars, with the webhook's own engine:
+for each Sidecar, the pods that match it, carry it, carry an older revision
+(outdated) or match it without carrying it (missed), and the namespaces it is
+in; for each workload (Deployment, StatefulSet, DaemonSet, other controllers,
+bare pods), which Sidecars its pods carry and whether they are current.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("--output: want table or json, got %q", output)
+			}
+			c, err := cluster.client()
+			if err != nil {
+				return err
+			}
+			snap, err := cluster.loader(c).Load(cmd.Context(), namespace, true)
+			if err != nil {
+				return err
+			}
+			if snap.EngineErr != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "Warning: left out:", snap.EngineErr)
+			}
+			summary := snap.Summary()
+			if output == "json" {
+				return writeStatusJSON(cmd.OutOrStdout(), snap, summary)
+			}
+			return writeStatusTable(cmd.OutOrStdout(), snap, summary)
+		},
+	}
+	cluster.bind(cmd.Flags())
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only the pods of this namespace (default: all)")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+// SidecarRow is one Sidecar's line of status.
+type SidecarRow struct {
+	Name       string `json:"name"`
+	Revision   string `json:"revision"`
+	Matched    int32  `json:"matched"`
+	Injected   int32  `json:"injected"`
+	Outdated   int32  `json:"outdated"`
+	Missed     int32  `json:"missed"`
+	Namespaces int    `json:"namespaces"`
+}
+
+func sidecarRows(snap *clusterstate.Snapshot, summary *fleet.Summary) []SidecarRow {
+	var rows []SidecarRow
+	for _, name := range snap.Engine.Names() {
+		c := summary.Sidecars[name]
+		rev, _ := snap.Engine.Revision(name)
+		rows = append(rows, SidecarRow{Name: name, Revision: rev, Matched: c.Matched, Injected: c.Injected, Outdated: c.Outdated, Missed: c.Missed, Namespaces: c.Namespaces.Len()})
+	}
+	return rows
+}
+
+func writeStatusJSON(w io.Writer, snap *clusterstate.Snapshot, summary *fleet.Summary) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	workloads := summary.Workloads
+	if workloads == nil {
+		workloads = []fleet.Workload{}
+	}
+	return enc.Encode(map[string]any{"sidecars": sidecarRows(snap, summary), "workloads": workloads})
+}
+
+func writeStatusTable(w io.Writer, snap *clusterstate.Snapshot, summary *fleet.Summary) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SIDECAR\tREVISION\tMATCHED\tINJECTED\tOUTDATED\tMISSED\tNAMESPACES")
+	for _, r := range sidecarRows(snap, summary) {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", r.Name, r.Revision, r.Matched, r.Injected, r.Outdated, r.Missed, r.Namespaces)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "WORKLOAD\tPODS\tSIDECARS")
+	for _, wl := range summary.Workloads {
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", wl.WorkloadRef, wl.Pods, describeSidecars(wl.Sidecars))
+	}
+	return tw.Flush()
+}
+
+// describeSidecars reads "fluentd current, xxl-agent outdated 1/2".
+func describeSidecars(list []fleet.WorkloadSidecar) string {
+	if len(list) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(list))
+	for i, s := range list {
+		var states []string
+		for _, st := range []struct {
+			name string
+			n    int
+		}{{"current", s.Current}, {"outdated", s.Outdated}, {"missed", s.Missed}} {
+			if st.n > 0 {
+				states = append(states, fmt.Sprintf("%s %d", st.name, st.n))
+			}
+		}
+		parts[i] = s.Name + " (" + strings.Join(states, ", ") + ")"
+	}
+	return strings.Join(parts, ", ")
+}

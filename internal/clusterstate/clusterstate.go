@@ -1,0 +1,178 @@
+// Package clusterstate reads what the operator's tools judge from a cluster:
+// the Sidecars (compiled into an engine), namespace labels, the webhook
+// configuration, pods and the ReplicaSets that tie pods to Deployments.
+package clusterstate
+
+import (
+	"context"
+	"fmt"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+)
+
+// DefaultWebhookConfigName is the MutatingWebhookConfiguration `run` keeps.
+const DefaultWebhookConfigName = "sidecar-operator"
+
+// Loader reads a Snapshot.
+type Loader struct {
+	// Reader reads Sidecars, namespaces and pods: a direct client, or the
+	// manager's cache.
+	Reader client.Reader
+	// Live reads ReplicaSets and the webhook configuration; default Reader.
+	Live client.Reader
+	// WebhookConfigName defaults to DefaultWebhookConfigName.
+	WebhookConfigName string
+	// PageSize pages pod lists from the apiserver; 0 lists at once, as a
+	// cache needs.
+	PageSize int64
+}
+
+// Snapshot is the cluster as the engine sees it.
+type Snapshot struct {
+	Sidecars []v1alpha1.Sidecar
+	Engine   *inject.Engine
+	// EngineErr names the Sidecars that do not compile and are left out.
+	EngineErr  error
+	Namespaces map[string]map[string]string
+	// Webhook is nil when the configuration does not exist.
+	Webhook *admissionv1.MutatingWebhookConfiguration
+	// WebhookName names the configuration, found or not.
+	WebhookName string
+	Pods        []corev1.Pod
+	Owners      fleet.ReplicaSetOwners
+}
+
+// Load reads the Sidecars, namespaces and webhook configuration and, when
+// withPods, the pods and ReplicaSets of namespace ("" for all).
+func (l *Loader) Load(ctx context.Context, namespace string, withPods bool) (*Snapshot, error) {
+	live := l.Live
+	if live == nil {
+		live = l.Reader
+	}
+	var sidecars v1alpha1.SidecarList
+	if err := l.Reader.List(ctx, &sidecars); err != nil {
+		return nil, fmt.Errorf("listing Sidecars: %w", err)
+	}
+	s := &Snapshot{Sidecars: sidecars.Items, Namespaces: map[string]map[string]string{}}
+	s.Engine, s.EngineErr = inject.New(sidecars.Items)
+
+	var namespaces metav1.PartialObjectMetadataList
+	namespaces.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+	if err := l.Reader.List(ctx, &namespaces); err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	for _, ns := range namespaces.Items {
+		s.Namespaces[ns.Name] = ns.Labels
+	}
+
+	name := l.WebhookConfigName
+	if name == "" {
+		name = DefaultWebhookConfigName
+	}
+	s.WebhookName = name
+	webhook := &admissionv1.MutatingWebhookConfiguration{}
+	switch err := live.Get(ctx, client.ObjectKey{Name: name}, webhook); {
+	case err == nil:
+		s.Webhook = webhook
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", name, err)
+	}
+	if !withPods {
+		return s, nil
+	}
+
+	var opts []client.ListOption
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	for page := ""; ; {
+		var pods corev1.PodList
+		pageOpts := opts
+		if l.PageSize > 0 {
+			pageOpts = append(pageOpts, client.Limit(l.PageSize), client.Continue(page))
+		}
+		if err := l.Reader.List(ctx, &pods, pageOpts...); err != nil {
+			return nil, fmt.Errorf("listing pods: %w", err)
+		}
+		s.Pods = append(s.Pods, pods.Items...)
+		if page = pods.Continue; page == "" || l.PageSize == 0 {
+			break
+		}
+	}
+	var replicaSets metav1.PartialObjectMetadataList
+	replicaSets.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSetList"))
+	if err := live.List(ctx, &replicaSets, opts...); err != nil {
+		return nil, fmt.Errorf("listing ReplicaSets: %w", err)
+	}
+	s.Owners = fleet.NewReplicaSetOwners(replicaSets.Items)
+	return s, nil
+}
+
+// NamespaceLabels is an inject.NamespaceLabelsFunc over the snapshot.
+func (s *Snapshot) NamespaceLabels(name string) (map[string]string, bool) {
+	l, ok := s.Namespaces[name]
+	return l, ok
+}
+
+// WebhookSkips says why the webhook configuration does not send a pod
+// with these labels in this namespace to the webhook; empty when it does.
+// Match conditions (CEL) are not evaluated.
+func (s *Snapshot) WebhookSkips(namespace string, podLabels map[string]string) string {
+	if why := s.namespaceSkipped(namespace); why != "" {
+		return why
+	}
+	for _, w := range s.Webhook.Webhooks {
+		if w.ObjectSelector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(w.ObjectSelector)
+			if err != nil || !sel.Matches(labels.Set(podLabels)) {
+				return fmt.Sprintf("webhook %s skips the pod: its objectSelector %s does not match the pod's labels", w.Name, sel)
+			}
+		}
+	}
+	return ""
+}
+
+func (s *Snapshot) namespaceSkipped(namespace string) string {
+	if s.Webhook == nil {
+		return fmt.Sprintf("MutatingWebhookConfiguration %s does not exist: is the operator running?", s.WebhookName)
+	}
+	nsLabels, ok := s.Namespaces[namespace]
+	if !ok {
+		return fmt.Sprintf("namespace %s does not exist", namespace)
+	}
+	for _, w := range s.Webhook.Webhooks {
+		if w.NamespaceSelector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
+			if err != nil || !sel.Matches(labels.Set(nsLabels)) {
+				return fmt.Sprintf("webhook %s excludes namespace %s: its namespaceSelector %s does not match the namespace's labels %s (kube-system, the operator's namespace and namespaces labelled sidecar-operator.io/webhook=disabled are excluded)",
+					w.Name, namespace, sel, labels.Set(nsLabels))
+			}
+		}
+	}
+	return ""
+}
+
+// Excluded reports namespaces the webhook configuration does not serve.
+func (s *Snapshot) Excluded(namespace string) bool {
+	return s.Webhook != nil && s.namespaceSkipped(namespace) != ""
+}
+
+// Judge judges pods against the snapshot's Sidecars.
+func (s *Snapshot) Judge() *fleet.Judge {
+	return &fleet.Judge{Engine: s.Engine, Revision: s.Engine.Revision, NamespaceLabels: s.NamespaceLabels, Excluded: s.Excluded}
+}
+
+// Summary judges the snapshot's pods.
+func (s *Snapshot) Summary() *fleet.Summary {
+	return fleet.Summarize(s.Pods, s.Engine.Names(), s.Judge(), s.Owners)
+}
