@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,7 +22,8 @@ import (
 )
 
 // AnnotationRestartedAt is the pod template annotation `kubectl rollout
-// restart` sets; changing it makes the controller replace every pod.
+// restart` sets; changing it makes the controller replace every pod. Its
+// value has nanoseconds, so that two restarts in one second both change it.
 const AnnotationRestartedAt = "kubectl.kubernetes.io/restartedAt"
 
 type rolloutOptions struct {
@@ -129,13 +131,14 @@ func (o *rolloutOptions) run(ctx context.Context, c client.Client, w io.Writer) 
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(o.maxConcurrent)
-	restarted := 0
+	var restarted atomic.Int32
 	for _, wl := range todo {
-		if gctx.Err() != nil {
-			break // a failure stops the rollout: start nothing more
-		}
-		restarted++
 		g.Go(func() error {
+			// g.Go waits for a free slot: a failure meanwhile stops the rollout.
+			if gctx.Err() != nil {
+				return nil
+			}
+			restarted.Add(1)
 			if err := o.restart(gctx, c, loader, wl, say); err != nil {
 				return fmt.Errorf("%s: %w", wl.WorkloadRef, err)
 			}
@@ -143,7 +146,7 @@ func (o *rolloutOptions) run(ctx context.Context, c client.Client, w io.Writer) 
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return fmt.Errorf("rollout stopped after %d of %d workloads were started: %w", restarted, len(todo), err)
+		return fmt.Errorf("rollout stopped after %d of %d workloads were started: %w", restarted.Load(), len(todo), err)
 	}
 	say("rolled out %d workloads: every pod carries the current revision of %s", len(todo), o.sidecar)
 	return nil
@@ -164,7 +167,7 @@ func (o *rolloutOptions) restart(ctx context.Context, c client.Client, loader *c
 	say("%s: restarting (%s)", wl.WorkloadRef, describeSidecars([]fleet.WorkloadSidecar{ws}))
 	obj := restartable[wl.Kind]()
 	key := types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name}
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, AnnotationRestartedAt, time.Now().Format(time.RFC3339))
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, AnnotationRestartedAt, time.Now().Format(time.RFC3339Nano))
 	obj.SetNamespace(key.Namespace)
 	obj.SetName(key.Name)
 	if err := c.Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, []byte(patch))); err != nil {
@@ -215,6 +218,9 @@ func (o *rolloutOptions) restart(ctx context.Context, c client.Client, loader *c
 // whether its controller has replaced every pod (and they are available, when
 // asked), a progress line, and a failure its controller reports.
 func rolloutProgress(obj client.Object, generation int64, available bool) (done bool, progress, failure string) {
+	if observed := observedGeneration(obj); observed < generation {
+		return false, "waiting for the controller to see the restart", ""
+	}
 	switch o := obj.(type) {
 	case *appsv1.Deployment:
 		for _, cond := range o.Status.Conditions {
@@ -231,7 +237,7 @@ func rolloutProgress(obj client.Object, generation int64, available bool) (done 
 		}
 		s := o.Status
 		progress = fmt.Sprintf("%d of %d updated, %d old, %d available", s.UpdatedReplicas, want, s.Replicas-s.UpdatedReplicas, s.AvailableReplicas)
-		done = s.ObservedGeneration >= generation && s.UpdatedReplicas == want && s.Replicas == want && (!available || s.AvailableReplicas == want)
+		done = s.UpdatedReplicas == want && s.Replicas == want && (!available || s.AvailableReplicas == want)
 		return done, progress, ""
 	case *appsv1.StatefulSet:
 		want := int32(1)
@@ -240,14 +246,26 @@ func rolloutProgress(obj client.Object, generation int64, available bool) (done 
 		}
 		s := o.Status
 		progress = fmt.Sprintf("%d of %d updated, %d available", s.UpdatedReplicas, want, s.AvailableReplicas)
-		done = s.ObservedGeneration >= generation && s.UpdatedReplicas == want && s.CurrentRevision == s.UpdateRevision && (!available || s.AvailableReplicas == want)
+		done = s.UpdatedReplicas == want && s.CurrentRevision == s.UpdateRevision && (!available || s.AvailableReplicas == want)
 		return done, progress, ""
 	case *appsv1.DaemonSet:
 		s := o.Status
 		progress = fmt.Sprintf("%d of %d updated, %d available", s.UpdatedNumberScheduled, s.DesiredNumberScheduled, s.NumberAvailable)
-		done = s.ObservedGeneration >= generation && s.UpdatedNumberScheduled == s.DesiredNumberScheduled && (!available || s.NumberAvailable == s.DesiredNumberScheduled)
+		done = s.UpdatedNumberScheduled == s.DesiredNumberScheduled && (!available || s.NumberAvailable == s.DesiredNumberScheduled)
 		return done, progress, ""
 	}
 	return false, "", fmt.Sprintf("cannot follow a %T", obj)
 }
 
+
+func observedGeneration(obj client.Object) int64 {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return o.Status.ObservedGeneration
+	case *appsv1.StatefulSet:
+		return o.Status.ObservedGeneration
+	case *appsv1.DaemonSet:
+		return o.Status.ObservedGeneration
+	}
+	return 0
+}

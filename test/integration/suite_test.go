@@ -38,6 +38,9 @@ var (
 	cfg        *rest.Config
 	k8s        client.Client
 	webhookURL string
+	testEnv    *envtest.Environment
+	// kubeconfig is a file for the commands under test, as a cluster admin.
+	kubeconfig string
 )
 
 func TestMain(m *testing.M) {
@@ -50,20 +53,27 @@ func run(m *testing.M) int {
 		return 1
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
-	env := &envtest.Environment{
+	testEnv = &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 	}
+	env := testEnv
 	var err error
 	if cfg, err = env.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "starting envtest:", err)
 		return 1
 	}
 	defer func() {
+		stopControllerManager() // before the apiserver it talks to
 		if err := env.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
 		}
 	}()
+	if kubeconfig, err = writeKubeconfig(env); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.Remove(kubeconfig)
 	if k8s, err = client.New(cfg, client.Options{Scheme: operator.Scheme()}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
