@@ -257,7 +257,6 @@ func rolloutProgress(obj client.Object, generation int64, available bool) (done 
 	return false, "", fmt.Sprintf("cannot follow a %T", obj)
 }
 
-
 func observedGeneration(obj client.Object) int64 {
 	switch o := obj.(type) {
 	case *appsv1.Deployment:
