@@ -25,7 +25,7 @@ verify-generated: generate ## Fail if generated files differ from the committed 
 	if [ -n "$$changed" ]; then echo "generated files are stale; run make generate and commit:"; echo "$$changed"; git diff --stat -- api config; exit 1; fi
 
 .PHONY: control-plane
-control-plane: ## Build kube-apiserver and etcd into bin/k8s (cached by version).
+control-plane: ## Build kube-apiserver, kube-controller-manager and etcd into bin/k8s (cached by version).
 	hack/build-control-plane.sh >/dev/null
 
 .PHONY: control-plane-up
@@ -44,7 +44,7 @@ lint: ## gofmt and go vet.
 
 .PHONY: test
 test: lint verify-generated control-plane ## Everything: lint, generated files, unit and integration tests with -race, brief fuzzing.
-	KUBEBUILDER_ASSETS=$(ASSETS) go test -race -count=1 ./...
+	KUBEBUILDER_ASSETS=$(ASSETS) CHROMIUM=$$(hack/ensure-chromium.sh) go test -race -count=1 ./...
 	$(MAKE) --no-print-directory test-fuzz
 
 # Each fuzz target as package:target:executions (about 5 s each here). Counts,

@@ -73,7 +73,7 @@ func runOperator(args []string) error {
 
 	metricsAddr := freeAddr()
 	cmd := exec.Command(*binary, "run", "--kubeconfig", *kubeconfig, "--webhook-addr", freeAddr(),
-		"--metrics-bind-address", metricsAddr, "--zap-log-level", "error")
+		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--zap-log-level", "error")
 	cmd.Stderr = os.Stderr
 	start = time.Now()
 	if err := cmd.Start(); err != nil {

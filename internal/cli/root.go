@@ -25,6 +25,6 @@ func NewRootCommand() *cobra.Command {
 	zapOpts.BindFlags(goFlags)
 	root.PersistentFlags().AddGoFlagSet(goFlags)
 	root.AddCommand(newRunCommand(), newServeCommand(), newInjectCommand(), newCertsCommand(), newManifestsCommand(),
-		newVerifyCommand(), newExplainCommand(), newStatusCommand(), newRolloutCommand())
+		newVerifyCommand(), newExplainCommand(), newStatusCommand(), newRolloutCommand(), newDashboardCommand())
 	return root
 }

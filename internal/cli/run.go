@@ -146,7 +146,8 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 	f.DurationVar(&opts.PullSecretResync, "pull-secret-resync", operator.DefaultPullSecretResync, "how soon a change to an imagePullSecret's source reaches its copies")
 	f.Float32Var(&qps, "kube-api-qps", 100, "requests per second to the apiserver, sustained")
 	f.IntVar(&burst, "kube-api-burst", 200, "requests to the apiserver in a burst")
-	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", "address for Prometheus metrics; 0 disables them")
+	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", "address for Prometheus metrics and the admin API and page (/admin/v1/inventory, /admin/v1/sidecars, /); 0 disables them")
+	f.BoolVar(&opts.MetricsSecure, "metrics-secure", true, "serve --metrics-bind-address over HTTPS, every request authenticated and authorized by the apiserver; false serves only /metrics, in plain HTTP")
 	return cmd
 }
 

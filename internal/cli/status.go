@@ -43,11 +43,11 @@ bare pods), which Sidecars its pods carry and whether they are current.`,
 			if snap.EngineErr != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), "Warning: left out:", snap.EngineErr)
 			}
-			summary := snap.Summary()
+			status := snap.Status()
 			if output == "json" {
-				return writeStatusJSON(cmd.OutOrStdout(), snap, summary)
+				return writeStatusJSON(cmd.OutOrStdout(), status)
 			}
-			return writeStatusTable(cmd.OutOrStdout(), snap, summary)
+			return writeStatusTable(cmd.OutOrStdout(), status)
 		},
 	}
 	cluster.bind(cmd.Flags())
@@ -56,46 +56,21 @@ bare pods), which Sidecars its pods carry and whether they are current.`,
 	return cmd
 }
 
-// SidecarRow is one Sidecar's line of status.
-type SidecarRow struct {
-	Name       string `json:"name"`
-	Revision   string `json:"revision"`
-	Matched    int32  `json:"matched"`
-	Injected   int32  `json:"injected"`
-	Outdated   int32  `json:"outdated"`
-	Missed     int32  `json:"missed"`
-	Namespaces int    `json:"namespaces"`
-}
-
-func sidecarRows(snap *clusterstate.Snapshot, summary *fleet.Summary) []SidecarRow {
-	var rows []SidecarRow
-	for _, name := range snap.Engine.Names() {
-		c := summary.Sidecars[name]
-		rev, _ := snap.Engine.Revision(name)
-		rows = append(rows, SidecarRow{Name: name, Revision: rev, Matched: c.Matched, Injected: c.Injected, Outdated: c.Outdated, Missed: c.Missed, Namespaces: c.Namespaces.Len()})
-	}
-	return rows
-}
-
-func writeStatusJSON(w io.Writer, snap *clusterstate.Snapshot, summary *fleet.Summary) error {
+func writeStatusJSON(w io.Writer, status *clusterstate.Status) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	workloads := summary.Workloads
-	if workloads == nil {
-		workloads = []fleet.Workload{}
-	}
-	return enc.Encode(map[string]any{"sidecars": sidecarRows(snap, summary), "workloads": workloads})
+	return enc.Encode(status)
 }
 
-func writeStatusTable(w io.Writer, snap *clusterstate.Snapshot, summary *fleet.Summary) error {
+func writeStatusTable(w io.Writer, status *clusterstate.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SIDECAR\tREVISION\tMATCHED\tINJECTED\tOUTDATED\tMISSED\tNAMESPACES")
-	for _, r := range sidecarRows(snap, summary) {
+	for _, r := range status.Sidecars {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", r.Name, r.Revision, r.Matched, r.Injected, r.Outdated, r.Missed, r.Namespaces)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "WORKLOAD\tPODS\tSIDECARS")
-	for _, wl := range summary.Workloads {
+	for _, wl := range status.Workloads {
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", wl.WorkloadRef, wl.Pods, describeSidecars(wl.Sidecars))
 	}
 	return tw.Flush()

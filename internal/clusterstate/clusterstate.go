@@ -6,6 +6,7 @@ package clusterstate
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -35,6 +36,9 @@ type Loader struct {
 	// PageSize pages pod lists from the apiserver; 0 lists at once, as a
 	// cache needs.
 	PageSize int64
+	// Cached says Reader is a cache: pods are read without a copy, and must
+	// not be changed.
+	Cached bool
 }
 
 // Snapshot is the cluster as the engine sees it.
@@ -97,7 +101,10 @@ func (l *Loader) Load(ctx context.Context, namespace string, withPods bool) (*Sn
 	}
 	for page := ""; ; {
 		var pods corev1.PodList
-		pageOpts := opts
+		pageOpts := slices.Clone(opts)
+		if l.Cached {
+			pageOpts = append(pageOpts, client.UnsafeDisableDeepCopy)
+		}
 		if l.PageSize > 0 {
 			pageOpts = append(pageOpts, client.Limit(l.PageSize), client.Continue(page))
 		}
@@ -175,4 +182,36 @@ func (s *Snapshot) Judge() *fleet.Judge {
 // Summary judges the snapshot's pods.
 func (s *Snapshot) Summary() *fleet.Summary {
 	return fleet.Summarize(s.Pods, s.Engine.Names(), s.Judge(), s.Owners)
+}
+
+// SidecarRow is one Sidecar's line of status.
+type SidecarRow struct {
+	Name       string `json:"name"`
+	Revision   string `json:"revision"`
+	Matched    int32  `json:"matched"`
+	Injected   int32  `json:"injected"`
+	Outdated   int32  `json:"outdated"`
+	Missed     int32  `json:"missed"`
+	Namespaces int    `json:"namespaces"`
+}
+
+// Status is the fleet as `sidecar-operator status` and /admin/v1/sidecars show it.
+type Status struct {
+	Sidecars  []SidecarRow     `json:"sidecars"`
+	Workloads []fleet.Workload `json:"workloads"`
+}
+
+// Status judges the snapshot's pods into rows per Sidecar and per workload.
+func (s *Snapshot) Status() *Status {
+	summary := s.Summary()
+	out := &Status{Sidecars: []SidecarRow{}, Workloads: summary.Workloads}
+	if out.Workloads == nil {
+		out.Workloads = []fleet.Workload{}
+	}
+	for _, name := range s.Engine.Names() {
+		c := summary.Sidecars[name]
+		rev, _ := s.Engine.Revision(name)
+		out.Sidecars = append(out.Sidecars, SidecarRow{Name: name, Revision: rev, Matched: c.Matched, Injected: c.Injected, Outdated: c.Outdated, Missed: c.Missed, Namespaces: c.Namespaces.Len()})
+	}
+	return out
 }

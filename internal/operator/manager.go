@@ -3,15 +3,14 @@ package operator
 import (
 	"bytes"
 	"context"
-
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/go-logr/logr"
 	"net"
 	"os"
 	"time"
 
+	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -35,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -42,8 +42,10 @@ import (
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
+	"github.com/sidecar-operator/sidecar-operator/internal/clusterstate"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/inventory"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
@@ -93,8 +95,13 @@ type Options struct {
 	Namespace string
 	// CreateNamespace creates Namespace if it is missing, for runs outside a cluster.
 	CreateNamespace bool
-	// MetricsAddr serves Prometheus metrics; "0" disables it.
+	// MetricsAddr serves Prometheus metrics and, when MetricsSecure, the
+	// admin API and page; "0" disables it.
 	MetricsAddr string
+	// MetricsSecure serves MetricsAddr over HTTPS and authenticates and
+	// authorizes every request through the apiserver (TokenReview and
+	// SubjectAccessReview). Without it only /metrics is served, in plain HTTP.
+	MetricsSecure bool
 	// PullSecretResync is how often pull secret copies are compared with
 	// their sources; zero means DefaultPullSecretResync.
 	PullSecretResync time.Duration
@@ -154,7 +161,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme(),
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
+		Metrics:                       metricsOptions(opts),
 		HealthProbeBindAddress:        "0", // the webhook server serves /healthz and /readyz
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              "sidecar-operator-leader",
@@ -220,6 +227,17 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	}
 	if err := addFleetControllers(mgr, engines, nsLabels, excluded, resync, log); err != nil {
 		return err
+	}
+	if opts.MetricsSecure && opts.MetricsAddr != "0" && opts.MetricsAddr != "" {
+		admin := &inventory.Handlers{
+			Loader: &clusterstate.Loader{Reader: mgr.GetCache(), Live: mgr.GetAPIReader(), WebhookConfigName: opts.WebhookConfigName, Cached: true},
+			Live:   mgr.GetAPIReader(),
+		}
+		for path, h := range admin.Map() {
+			if err := mgr.AddMetricsServerExtraHandler(path, h); err != nil {
+				return err
+			}
+		}
 	}
 
 	var excludedNamespaces []string
@@ -290,6 +308,15 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+func metricsOptions(opts Options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: opts.MetricsAddr}
+	if opts.MetricsSecure {
+		m.SecureServing = true
+		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return m
 }
 
 // setUpCertificates returns the webhook's TLS configuration and a check that

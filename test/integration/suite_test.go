@@ -38,7 +38,9 @@ var (
 	cfg        *rest.Config
 	k8s        client.Client
 	webhookURL string
-	testEnv    *envtest.Environment
+	// adminURL is the operator's metrics and admin port.
+	adminURL string
+	testEnv  *envtest.Environment
 	// kubeconfig is a file for the commands under test, as a cluster admin.
 	kubeconfig string
 )
@@ -85,6 +87,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	webhookURL = "https://" + addr
+	adminAddr, err := freeAddr()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	adminURL = "https://" + adminAddr
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -103,7 +111,8 @@ func run(m *testing.M) int {
 			WebhookConfigName: webhookConfigName,
 			Target:            operator.WebhookTarget{URL: webhookURL},
 			FailurePolicy:     admissionv1.Fail,
-			MetricsAddr:       "0",
+			MetricsAddr:       adminAddr,
+			MetricsSecure:     true,
 			PullSecretResync:  time.Second,
 		})
 		if err != nil {
