@@ -17,8 +17,13 @@ func NewRootCommand() *cobra.Command {
 		Short:         "Inject sidecars into pods declaratively, with the RBAC they need",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRun: func(*cobra.Command, []string) {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// The environment and --config may set the log flags too.
+			if err := applyConfig(cmd); err != nil {
+				return err
+			}
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			return nil
 		},
 	}
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)

@@ -19,14 +19,19 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/operator"
 )
 
+// runOptions are everything `run` is told, by flags, the environment or
+// --config, with the flags' defaults; validated into operator.Options.
+type runOptions struct {
+	kubeconfig, failurePolicy, webhookURL, serviceName string
+	certMode, namespace                                string
+	qps                                                float32
+	burst                                              int
+	operator.Options
+}
+
 func newRunCommand() *cobra.Command {
-	var (
-		kubeconfig, failurePolicy, webhookURL, serviceName string
-		certMode, namespace                                string
-		qps                                                float32
-		burst                                              int
-		opts                                               operator.Options
-	)
+	o := &runOptions{}
+	opts := &o.Options
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the operator and its webhook against a cluster",
@@ -50,10 +55,10 @@ Certificates (--cert-mode):
 Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io/rotate=ca (or leaf)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if kubeconfig == "" {
-				kubeconfig = os.Getenv("KUBECONFIG")
+			if o.kubeconfig == "" {
+				o.kubeconfig = os.Getenv("KUBECONFIG")
 			}
-			cfg, inCluster, err := restConfig(kubeconfig)
+			cfg, inCluster, err := restConfig(o.kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -65,26 +70,26 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 			}
 			// Writes grow with namespaces: client-go's default of 5 per second
 			// would take minutes to bind a thousand of them.
-			cfg.QPS, cfg.Burst = qps, burst
-			switch admissionv1.FailurePolicyType(failurePolicy) {
+			cfg.QPS, cfg.Burst = o.qps, o.burst
+			switch admissionv1.FailurePolicyType(o.failurePolicy) {
 			case admissionv1.Fail, admissionv1.Ignore:
-				opts.FailurePolicy = admissionv1.FailurePolicyType(failurePolicy)
+				opts.FailurePolicy = admissionv1.FailurePolicyType(o.failurePolicy)
 			default:
-				return fmt.Errorf("--failure-policy: want Fail or Ignore, got %q", failurePolicy)
+				return fmt.Errorf("--failure-policy: want Fail or Ignore, got %q", o.failurePolicy)
 			}
-			switch opts.CertMode = operator.CertMode(certMode); opts.CertMode {
+			switch opts.CertMode = operator.CertMode(o.certMode); opts.CertMode {
 			case operator.CertModeSelf:
 				if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
 					return fmt.Errorf("--tls-cert-file is for --cert-mode files or cert-manager")
 				}
 			case operator.CertModeFiles, operator.CertModeCertManager:
 				if opts.TLSCertFile == "" || opts.TLSKeyFile == "" {
-					return fmt.Errorf("--cert-mode %s needs --tls-cert-file and --tls-private-key-file", certMode)
+					return fmt.Errorf("--cert-mode %s needs --tls-cert-file and --tls-private-key-file", o.certMode)
 				}
 			default:
-				return fmt.Errorf("--cert-mode: want self, files or cert-manager, got %q", certMode)
+				return fmt.Errorf("--cert-mode: want self, files or cert-manager, got %q", o.certMode)
 			}
-			opts.Namespace = namespace
+			opts.Namespace = o.namespace
 			if inCluster {
 				if opts.Namespace == "" {
 					opts.Namespace = os.Getenv("POD_NAMESPACE")
@@ -92,10 +97,10 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 				if opts.Namespace == "" {
 					return fmt.Errorf("set POD_NAMESPACE (with the downward API) or --namespace in a cluster")
 				}
-				opts.Target = operator.WebhookTarget{ServiceNamespace: opts.Namespace, ServiceName: serviceName}
-				opts.WebhookHosts = certs.ServiceHosts(serviceName, opts.Namespace)
+				opts.Target = operator.WebhookTarget{ServiceNamespace: opts.Namespace, ServiceName: o.serviceName}
+				opts.WebhookHosts = certs.ServiceHosts(o.serviceName, opts.Namespace)
 			} else {
-				if webhookURL == "" {
+				if o.webhookURL == "" {
 					host, port, err := net.SplitHostPort(opts.WebhookAddr)
 					if err != nil {
 						return fmt.Errorf("--webhook-addr: %w", err)
@@ -103,13 +108,13 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 					if host == "" || host == "0.0.0.0" || host == "::" {
 						host = "127.0.0.1"
 					}
-					webhookURL = "https://" + net.JoinHostPort(host, port)
+					o.webhookURL = "https://" + net.JoinHostPort(host, port)
 				}
-				u, err := url.Parse(webhookURL)
+				u, err := url.Parse(o.webhookURL)
 				if err != nil || u.Scheme != "https" || u.Host == "" {
-					return fmt.Errorf("--webhook-url: want https://host[:port], got %q", webhookURL)
+					return fmt.Errorf("--webhook-url: want https://host[:port], got %q", o.webhookURL)
 				}
-				opts.Target = operator.WebhookTarget{URL: webhookURL}
+				opts.Target = operator.WebhookTarget{URL: o.webhookURL}
 				opts.WebhookHosts = []string{u.Hostname(), "localhost"}
 				if opts.Namespace == "" {
 					opts.Namespace = "sidecar-operator-system"
@@ -118,20 +123,20 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return operator.Run(ctx, cfg, opts)
+			return operator.Run(ctx, cfg, *opts)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then the in-cluster config")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then the in-cluster config")
 	f.StringVar(&opts.WebhookAddr, "webhook-addr", "127.0.0.1:9443", "host:port the webhook listens on (use :9443 in a cluster)")
-	f.StringVar(&webhookURL, "webhook-url", "", "base URL the apiserver calls outside a cluster (default https://<webhook-addr>)")
-	f.StringVar(&serviceName, "service-name", "sidecar-operator", "Service in front of the webhook, inside a cluster")
-	f.StringVar(&certMode, "cert-mode", string(operator.CertModeSelf), "who makes the serving certificate: self, files or cert-manager")
+	f.StringVar(&o.webhookURL, "webhook-url", "", "base URL the apiserver calls outside a cluster (default https://<webhook-addr>)")
+	f.StringVar(&o.serviceName, "service-name", "sidecar-operator", "Service in front of the webhook, inside a cluster")
+	f.StringVar(&o.certMode, "cert-mode", string(operator.CertModeSelf), "who makes the serving certificate: self, files or cert-manager")
 	f.StringVar(&opts.CertSecret, "cert-secret", "sidecar-operator-certs", "Secret holding the CA and serving certificate (--cert-mode self)")
 	f.DurationVar(&opts.Certificates.CAValidity, "ca-validity", 365*24*time.Hour, "lifetime of a new CA; replaced at 2/3 of it")
 	f.DurationVar(&opts.Certificates.LeafValidity, "cert-validity", 90*24*time.Hour, "lifetime of a new serving certificate; renewed at 2/3 of it")
 	f.DurationVar(&opts.Certificates.PublishDelay, "ca-publish-delay", 10*time.Second, "how long a new CA is trusted before the serving certificate moves to it")
-	f.StringVar(&namespace, "namespace", "", "namespace of the certificate Secret and the leader lease (default: POD_NAMESPACE in a cluster, sidecar-operator-system outside, created if missing)")
+	f.StringVar(&o.namespace, "namespace", "", "namespace of the certificate Secret and the leader lease (default: POD_NAMESPACE in a cluster, sidecar-operator-system outside, created if missing)")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to write; every replica serves the webhook")
 	f.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a leader's lease lasts without renewal")
 	f.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before giving up")
@@ -142,10 +147,11 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 	f.StringVar(&opts.TLSKeyFile, "tls-private-key-file", "", "PEM private key of --tls-cert-file")
 	f.StringVar(&opts.CAFile, "ca-file", "", "PEM CA registered as the webhook's caBundle with --tls-cert-file")
 	f.StringVar(&opts.WebhookConfigName, "webhook-config-name", "sidecar-operator", "MutatingWebhookConfiguration to keep in step")
-	f.StringVar(&failurePolicy, "failure-policy", "Fail", "webhook failurePolicy: Fail (no pod escapes injection) or Ignore")
+	f.StringVar(&o.failurePolicy, "failure-policy", "Fail", "webhook failurePolicy: Fail (no pod escapes injection) or Ignore")
 	f.DurationVar(&opts.PullSecretResync, "pull-secret-resync", operator.DefaultPullSecretResync, "how soon a change to an imagePullSecret's source reaches its copies")
-	f.Float32Var(&qps, "kube-api-qps", 100, "requests per second to the apiserver, sustained")
-	f.IntVar(&burst, "kube-api-burst", 200, "requests to the apiserver in a burst")
+	f.Float32Var(&o.qps, "kube-api-qps", 100, "requests per second to the apiserver, sustained")
+	f.IntVar(&o.burst, "kube-api-burst", 200, "requests to the apiserver in a burst")
+	addConfigFlag(cmd)
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", "address for Prometheus metrics and the admin API and page (/admin/v1/inventory, /admin/v1/sidecars, /); 0 disables them")
 	f.BoolVar(&opts.MetricsSecure, "metrics-secure", true, "serve --metrics-bind-address over HTTPS, every request authenticated and authorized by the apiserver; false serves only /metrics, in plain HTTP")
 	return cmd

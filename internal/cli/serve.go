@@ -69,6 +69,7 @@ apiserver sets on every namespace.`,
 	f.StringVar(&certFile, "tls-cert-file", "", "PEM serving certificate (required)")
 	f.StringVar(&clientCAFile, "client-ca-file", "", "PEM CA of the client certificates required from callers (the apiserver's AdmissionConfiguration)")
 	f.StringVar(&keyFile, "tls-private-key-file", "", "PEM private key of the serving certificate (required)")
+	addConfigFlag(cmd)
 	for _, name := range []string{"sidecars", "tls-cert-file", "tls-private-key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
