@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Starts or stops a local control plane (etcd + kube-apiserver) on loopback.
+# Starts or stops a local control plane (etcd, kube-apiserver and
+# kube-controller-manager for Deployments and ReplicaSets) on loopback.
 #   hack/control-plane.sh up    -> writes an admin kubeconfig to .local/kubeconfig
 #   hack/control-plane.sh down  -> stops the apiserver first, then etcd
 set -euo pipefail
@@ -69,6 +70,12 @@ current-context: local
 KC
   for _ in $(seq 1 120); do
     if curl -sfk -H "Authorization: Bearer $token" "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1; then
+      # No scheduler or kubelet: pods are created (and injected) but never run.
+      "$assets/kube-controller-manager" --kubeconfig "$state/kubeconfig" \
+        --controllers deployment,replicaset,statefulset,daemonset,garbagecollector \
+        --leader-elect=false --secure-port=0 \
+        > "$state/kube-controller-manager.log" 2>&1 &
+      echo $! > "$state/kube-controller-manager.pid"
       echo "control plane ready; kubeconfig: $state/kubeconfig"
       return 0
     fi
@@ -83,6 +90,7 @@ KC
 }
 
 down() {
+  stop kube-controller-manager
   stop kube-apiserver
   stop etcd
 }

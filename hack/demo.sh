@@ -26,7 +26,7 @@ trap cleanup EXIT
 bin/demo -step crds
 
 echo "== running the operator: bin/sidecar-operator run --kubeconfig .local/kubeconfig"
-bin/sidecar-operator run --kubeconfig .local/kubeconfig > .local/operator.log 2>&1 &
+bin/sidecar-operator run --kubeconfig .local/kubeconfig --metrics-bind-address 127.0.0.1:8443 > .local/operator.log 2>&1 &
 echo $! > .local/operator.pid
 for _ in $(seq 1 100); do
   curl -sfk https://127.0.0.1:9443/readyz >/dev/null 2>&1 && break
@@ -38,3 +38,21 @@ echo "operator ready; webhook registered as MutatingWebhookConfiguration sidecar
 
 echo "== applying examples/fluentd.yaml, examples/xxl-agent.yaml and examples/workloads/pod.yaml"
 bin/demo -step apply
+
+echo
+echo "== sidecar-operator verify --sidecar fluentd -n demo   (a server-side dry-run pod: nothing is stored)"
+bin/sidecar-operator verify --kubeconfig .local/kubeconfig --sidecar fluentd -n demo
+
+echo
+echo "== sidecar-operator status"
+for _ in $(seq 1 50); do
+  bin/sidecar-operator status --kubeconfig .local/kubeconfig -n demo -o json | grep -q '"current": 1' && break
+  sleep 0.2
+done
+bin/sidecar-operator status --kubeconfig .local/kubeconfig -n demo
+
+echo
+echo "== the admin API: GET https://127.0.0.1:8443/admin/v1/sidecars with the admin's token"
+token=$(awk -F, '{print $1}' .local/pki/tokens.csv)
+curl -sfk -H "Authorization: Bearer $token" https://127.0.0.1:8443/admin/v1/sidecars | head -20
+echo "   ... and without a token: HTTP $(curl -sk -o /dev/null -w '%{http_code}' https://127.0.0.1:8443/admin/v1/sidecars)"
