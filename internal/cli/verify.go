@@ -40,6 +40,7 @@ const (
 	CauseNotSelected      = "NotSelected"
 	CauseMissingParameter = "MissingParameter"
 	CauseDenied           = "Denied"
+	CauseOtherDenied      = "PodDeniedForAnother"
 	CauseSkipped          = "Skipped"
 	CauseTLS              = "TLSFailure"
 	CauseConnection       = "ConnectionFailure"
@@ -287,6 +288,9 @@ func judgeVerify(name string, snap *clusterstate.Snapshot, sent *corev1.Pod, rec
 		case x.Verdict == inject.VerdictDenied && slices.ContainsFunc(x.Parameters, func(p inject.ResolvedParameter) bool { return p.Source == "missing" }):
 			r.Cause = CauseMissingParameter
 			r.Detail = append([]string{msg}, x.Reasons...)
+		case x.Verdict == inject.VerdictInject && strings.Contains(msg, "denied the request"):
+			r.Cause = CauseOtherDenied
+			r.Detail = []string{"this sidecar would be injected, but the pod as a whole was denied because of another: " + msg}
 		case apierrors.IsForbidden(createErr) || apierrors.IsInvalid(createErr) || strings.Contains(msg, "denied the request"):
 			r.Cause = CauseDenied
 			r.Detail = append([]string{msg}, x.Reasons...)
