@@ -1,5 +1,6 @@
 // Package sidecarfile loads Sidecar definitions from YAML files, for the
-// commands that work without a cluster (serve, inject).
+// commands that work without a cluster (serve, inject, explain), with the
+// defaults the CRD gives them in a cluster.
 package sidecarfile
 
 import (
@@ -80,6 +81,9 @@ func loadFile(path string) ([]v1alpha1.Sidecar, error) {
 		}
 		if sc.Name == "" {
 			return nil, fmt.Errorf("%s: document %d: metadata.name is required", path, i+1)
+		}
+		if err := applyDefaults(&sc); err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", path, i+1, err)
 		}
 		out = append(out, sc)
 	}

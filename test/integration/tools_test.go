@@ -15,15 +15,20 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 	"github.com/sidecar-operator/sidecar-operator/internal/cli"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 )
 
 // runCLI runs a sidecar-operator command against the test cluster and
@@ -342,4 +347,45 @@ func mustItems(t *testing.T, list client.ObjectList) []any {
 		t.Fatal(err)
 	}
 	return items.Items
+}
+
+// A Sidecar read from a file has the revision the same YAML has once the
+// apiserver stored it with the CRD's defaults: offline injection (inject,
+// explain) and the cluster agree on what is current.
+func TestFileRevisionMatchesCluster(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join("..", "..", "examples")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		loaded, err := sidecarfile.Load(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Created from the YAML as written, not from the decoded Sidecar.
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(raw, &obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		obj.SetName("rev-" + obj.GetName())
+		if err := k8s.Create(ctx, obj, client.DryRunAll); err != nil {
+			t.Fatal(err)
+		}
+		var stored v1alpha1.Sidecar
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &stored); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := inject.Revision(&loaded[0].Spec), inject.Revision(&stored.Spec); got != want {
+			t.Errorf("%s: revision from the file %s, from the apiserver %s", e.Name(), got, want)
+		}
+	}
 }
