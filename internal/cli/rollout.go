@@ -100,6 +100,7 @@ func (o *rolloutOptions) run(ctx context.Context, c client.Client, w io.Writer) 
 		return fmt.Errorf("--sidecar: Sidecar %q does not exist or does not compile", o.sidecar)
 	}
 	var todo []fleet.Workload
+	skipped := 0
 	for _, wl := range snap.Summary().Workloads {
 		ws, ok := sidecarOf(wl, o.sidecar)
 		if !ok || !ws.NeedsRestart() {
@@ -107,12 +108,17 @@ func (o *rolloutOptions) run(ctx context.Context, c client.Client, w io.Writer) 
 		}
 		if restartable[wl.Kind] == nil {
 			fmt.Fprintf(w, "skip %s: not restartable by a controller; delete its pods (%s)\n", wl.WorkloadRef, describeSidecars([]fleet.WorkloadSidecar{ws}))
+			skipped++
 			continue
 		}
 		todo = append(todo, wl)
 	}
-	if len(todo) == 0 {
+	if len(todo) == 0 && skipped == 0 {
 		fmt.Fprintf(w, "every workload's pods carry the current revision of %s\n", o.sidecar)
+		return nil
+	}
+	if len(todo) == 0 {
+		fmt.Fprintf(w, "no Deployment, StatefulSet or DaemonSet to restart; the %d workloads above need their pods deleted\n", skipped)
 		return nil
 	}
 	if o.dryRun {
@@ -148,7 +154,7 @@ func (o *rolloutOptions) run(ctx context.Context, c client.Client, w io.Writer) 
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("rollout stopped after %d of %d workloads were started: %w", restarted.Load(), len(todo), err)
 	}
-	say("rolled out %d workloads: every pod carries the current revision of %s", len(todo), o.sidecar)
+	say("rolled out %d of %d: every pod carries the current revision of %s", len(todo), len(todo), o.sidecar)
 	return nil
 }
 

@@ -213,17 +213,24 @@ func describe(doc []byte) string {
 }
 
 func describeObject(obj map[string]any) string {
+	if name := nameOf(obj); name != "" {
+		return " (" + name + ")"
+	}
+	return ""
+}
+
+// nameOf reads "Kind namespace/name", or "" for an object with neither.
+func nameOf(obj map[string]any) string {
 	kind, _ := obj["kind"].(string)
 	meta, _ := obj["metadata"].(map[string]any)
 	name, _ := meta["name"].(string)
 	if kind == "" && name == "" {
 		return ""
 	}
-	ns, _ := meta["namespace"].(string)
-	if ns != "" {
+	if ns, _ := meta["namespace"].(string); ns != "" {
 		name = ns + "/" + name
 	}
-	return fmt.Sprintf(" (%s %s)", kind, name)
+	return kind + " " + name
 }
 
 // ManifestPod is a Pod or pod template found in a manifest.
@@ -257,7 +264,7 @@ func Pods(r io.Reader, defaultNamespace string) ([]ManifestPod, error) {
 			if err != nil {
 				return false, err
 			}
-			source := strings.TrimPrefix(describeObject(current), " ")
+			source := nameOf(current)
 			if field != "" {
 				source += " " + field
 			}
