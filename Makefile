@@ -66,8 +66,20 @@ test-fuzz:
 		echo "fuzz $$name: $$n executions in $$(( $$(date +%s) - start ))s"; \
 	done
 
+.PHONY: bench
+bench: ## Engine benchmarks, then webhook throughput against a null handler (last line: the ratio).
+	hack/bench.sh
+
+.PHONY: bench-e2e
+bench-e2e: control-plane ## Pod create latency on a local control plane: no webhook, null webhook, injection.
+	hack/bench-e2e.sh
+
+.PHONY: bench-operator
+bench-operator: control-plane ## The operator on 10,000 injected pods in 1,000 namespaces: convergence, RSS, writes.
+	hack/bench-operator.sh
+
 .PHONY: demo
-demo: control-plane ## Start a control plane, run the operator, apply the examples, show the injected pod.
+demo: control-plane ## Start a control plane, run the operator, apply the examples, show the injected pod, verify and status.
 	hack/demo.sh
 
 .PHONY: help
