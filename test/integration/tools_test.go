@@ -14,6 +14,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -328,25 +329,12 @@ func TestVerifyWorkload(t *testing.T) {
 			if err := k8s.List(ctx, list, client.InNamespace(ns), selector); err != nil {
 				return err
 			}
-			if n := len(mustItems(t, list)); n != 0 {
+			if n := meta.LenList(list); n != 0 {
 				return fmt.Errorf("%T: %d left", list, n)
 			}
 			return nil
 		})
 	}
-}
-
-func mustItems(t *testing.T, list client.ObjectList) []any {
-	t.Helper()
-	raw, err := json.Marshal(list)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var items struct{ Items []any }
-	if err := json.Unmarshal(raw, &items); err != nil {
-		t.Fatal(err)
-	}
-	return items.Items
 }
 
 // A Sidecar read from a file has the revision the same YAML has once the

@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+)
+
+// Without a controller-manager nothing observes the Deployment: verify
+// --workload says so, judges the template by dry-run, and still deletes what
+// it created. (The path with a controller-manager runs against the real
+// control plane in test/integration.)
+func TestVerifyWorkloadWithoutControllerManager(t *testing.T) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{corev1.LabelMetadataName: "shop"}}}
+	c := fake.NewClientBuilder().WithScheme(operator.Scheme()).WithObjects(ns).Build()
+	o := &verifyOptions{
+		namespace: "shop", sidecars: []string{"fluentd"}, optIn: true, image: "pause",
+		workload: true, timeout: time.Second, controllerWait: 300 * time.Millisecond,
+	}
+	report, err := o.run(context.Background(), c, &warningCollector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.Mode != "workload" || !strings.Contains(strings.Join(report.Notes, "\n"), "no controller-manager observed the Deployment") {
+		t.Errorf("notes %q", report.Notes)
+	}
+	if len(report.Sidecars) != 1 || report.Sidecars[0].Injected || report.Sidecars[0].Cause != CauseNoSuchSidecar {
+		t.Errorf("sidecars %+v", report.Sidecars)
+	}
+	for _, list := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}} {
+		if err := c.List(context.Background(), list, client.InNamespace("shop")); err != nil {
+			t.Fatal(err)
+		}
+		if n := meta.LenList(list); n != 0 {
+			t.Errorf("%T: %d left", list, n)
+		}
+	}
+}
