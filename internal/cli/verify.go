@@ -222,7 +222,7 @@ func (o *verifyOptions) run(ctx context.Context, c client.Client, warnings *warn
 		stored, createErr = outcome.pod, outcome.createErr
 	}
 	if stored == nil && createErr == nil {
-		pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+		pod := podOf(tmpl)
 		pod.GenerateName, pod.Namespace = name+"-", o.namespace
 		createErr = c.Create(ctx, pod, client.DryRunAll)
 		if createErr == nil {
@@ -234,7 +234,7 @@ func (o *verifyOptions) run(ctx context.Context, c client.Client, warnings *warn
 	}
 	report.Warnings = warnings.take()
 
-	sent := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+	sent := podOf(tmpl)
 	sent.Namespace = o.namespace
 	explanations := map[string]inject.Explanation{}
 	for _, x := range snap.Engine.Explain(sent, o.namespace, snap.NamespaceLabels) {
@@ -248,6 +248,13 @@ func (o *verifyOptions) run(ctx context.Context, c client.Client, warnings *warn
 		report.Sidecars = append(report.Sidecars, judgeVerify(name, snap, sent, records, explanations, createErr))
 	}
 	return report, nil
+}
+
+// podOf is a pod of the template, sharing nothing with it: a create decodes
+// the apiserver's answer into its object, maps included.
+func podOf(tmpl corev1.PodTemplateSpec) *corev1.Pod {
+	t := tmpl.DeepCopy()
+	return &corev1.Pod{ObjectMeta: t.ObjectMeta, Spec: t.Spec}
 }
 
 // judgeVerify names why a requested Sidecar is, or is not, on the pod.
@@ -341,7 +348,7 @@ func (o *verifyOptions) runWorkload(ctx context.Context, c client.Client, name s
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](1),
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
-			Template: tmpl,
+			Template: *tmpl.DeepCopy(),
 		},
 	}
 	svc := &corev1.Service{
