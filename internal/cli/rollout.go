@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -69,7 +72,10 @@ Pods without such a controller (bare pods, Jobs) are listed, not touched.`,
 			if err != nil {
 				return err
 			}
-			return o.run(cmd.Context(), c, cmd.OutOrStdout())
+			// Ctrl-C stops the rollout: nothing more is restarted.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return o.run(ctx, c, cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()

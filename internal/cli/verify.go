@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -124,7 +127,10 @@ Exit status 0 when every --sidecar would be injected, 1 otherwise.`,
 			if err != nil {
 				return err
 			}
-			report, err := o.run(cmd.Context(), c, warnings)
+			// Ctrl-C stops the wait; what --workload created is still deleted.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			report, err := o.run(ctx, c, warnings)
 			if err != nil {
 				return err
 			}
