@@ -61,7 +61,8 @@ type Namespace struct {
 	// InjectionLabels are the namespace's labels that decide injection: the
 	// sidecar-operator.io/ ones and those a namespace selector reads.
 	InjectionLabels map[string]string `json:"injectionLabels"`
-	// Webhook is false when the webhook configuration leaves the namespace out.
+	// Webhook is false when the webhook configuration leaves the namespace
+	// out, or does not exist.
 	Webhook bool `json:"webhook"`
 	// Sidecars are those whose namespace selector admits the namespace.
 	Sidecars    []string     `json:"sidecars"`
@@ -203,7 +204,7 @@ func (h *Handlers) Inventory(ctx context.Context) (*Inventory, error) {
 
 	byName := map[string]*Namespace{}
 	for name, nsLabels := range snap.Namespaces {
-		ns := &Namespace{Name: name, InjectionLabels: map[string]string{}, Webhook: !snap.Excluded(name),
+		ns := &Namespace{Name: name, InjectionLabels: map[string]string{}, Webhook: snap.Webhook != nil && !snap.Excluded(name),
 			Sidecars: []string{}, Deployments: []Deployment{}, Services: []Service{}}
 		for k, v := range nsLabels {
 			if strings.HasPrefix(k, "sidecar-operator.io/") || selectorKeys[k] {
