@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -51,15 +50,11 @@ carries each Sidecar at the current revision, an older one, or missed it.`,
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			var in io.Reader = cmd.InOrStdin()
-			if file != "-" {
-				f, err := os.Open(file)
-				if err != nil {
-					return fmt.Errorf("-f: %w", err)
-				}
-				defer f.Close()
-				in = f
+			in, closeInput, err := openInput(cmd, file)
+			if err != nil {
+				return err
 			}
+			defer closeInput()
 			pods, err := offline.Pods(in, ns)
 			if err != nil {
 				return fmt.Errorf("%s: %w", file, err)

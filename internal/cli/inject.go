@@ -25,15 +25,11 @@ own output changes nothing.`,
 			if err != nil {
 				return err
 			}
-			var in io.Reader = cmd.InOrStdin()
-			if file != "-" {
-				f, err := os.Open(file)
-				if err != nil {
-					return fmt.Errorf("-f: %w", err)
-				}
-				defer f.Close()
-				in = f
+			in, closeInput, err := openInput(cmd, file)
+			if err != nil {
+				return err
 			}
+			defer closeInput()
 			injector := &offline.Injector{
 				Engine:           engine,
 				DefaultNamespace: namespace,
@@ -52,4 +48,16 @@ own output changes nothing.`,
 	_ = cmd.MarkFlagRequired("sidecars")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
+}
+
+// openInput opens -f: a file, or standard input for "-".
+func openInput(cmd *cobra.Command, file string) (io.Reader, func(), error) {
+	if file == "-" {
+		return cmd.InOrStdin(), func() {}, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-f: %w", err)
+	}
+	return f, func() { _ = f.Close() }, nil
 }

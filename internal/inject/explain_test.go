@@ -13,14 +13,7 @@ import (
 
 func TestExplain(t *testing.T) {
 	logger := sidecar("logger", byLabel("logging", "on"))
-	agent := sidecar("agent", func(s *v1alpha1.SidecarSpec) {
-		s.Activation = &v1alpha1.Activation{Annotation: "agent/enable"}
-		s.Parameters = []v1alpha1.Parameter{
-			{Name: "app", Annotation: "agent/app", Required: true},
-			{Name: "port", Annotation: "agent/port", Default: ptr.To("9999")},
-			{Name: "token", Annotation: "agent/token"},
-		}
-	})
+	agent := agentSidecar()
 	prodOnly := sidecar("prod-only", func(s *v1alpha1.SidecarSpec) {
 		s.Selector = &metav1.LabelSelector{}
 		s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}
@@ -115,14 +108,7 @@ func TestExplain(t *testing.T) {
 }
 
 func TestExplainParameters(t *testing.T) {
-	agent := sidecar("agent", func(s *v1alpha1.SidecarSpec) {
-		s.Activation = &v1alpha1.Activation{Annotation: "agent/enable"}
-		s.Parameters = []v1alpha1.Parameter{
-			{Name: "app", Annotation: "agent/app", Required: true},
-			{Name: "port", Annotation: "agent/port", Default: ptr.To("9999")},
-			{Name: "token", Annotation: "agent/token"},
-		}
-	})
+	agent := agentSidecar()
 	e := mustEngine(t, agent)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{"agent/enable": "true", "agent/app": "shop"}}}
 	got := e.Explain(pod, "dev", DefaultNamespaceLabels)[0].Parameters
@@ -139,4 +125,17 @@ func TestExplainParameters(t *testing.T) {
 			t.Errorf("parameter %d: got %+v, want %+v", i, got[i], want[i])
 		}
 	}
+}
+
+// agentSidecar is activated by an annotation and has a required, a defaulted
+// and an optional parameter.
+func agentSidecar() v1alpha1.Sidecar {
+	return sidecar("agent", func(s *v1alpha1.SidecarSpec) {
+		s.Activation = &v1alpha1.Activation{Annotation: "agent/enable"}
+		s.Parameters = []v1alpha1.Parameter{
+			{Name: "app", Annotation: "agent/app", Required: true},
+			{Name: "port", Annotation: "agent/port", Default: ptr.To("9999")},
+			{Name: "token", Annotation: "agent/token"},
+		}
+	})
 }
