@@ -287,7 +287,6 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 	}
 	p.status = statusJSON(&existing, p.selected)
 	p.addLabel = pod.Metadata.Labels[v1alpha1.LabelInjected] != "true"
-	return
 }
 
 // selects applies the three ways a pod opts into a Sidecar: by name, by label
