@@ -39,14 +39,7 @@ func TestApplyConfig(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			var mode string
-			var drain time.Duration
-			var hosts []string
-			cmd := &cobra.Command{Use: "run"}
-			cmd.Flags().StringVar(&mode, "cert-mode", "self", "")
-			cmd.Flags().DurationVar(&drain, "shutdown-drain", 5*time.Second, "")
-			cmd.Flags().StringSliceVar(&hosts, "hosts", []string{"a"}, "")
-			addConfigFlag(cmd)
+			cmd, got := configCommand()
 			args := tc.args
 			if tc.file != "" {
 				write(tc.file)
@@ -65,9 +58,23 @@ func TestApplyConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := mode + "/" + drain.String() + "/" + strings.Join(hosts, ","); got != tc.want {
+			if got := got(); got != tc.want {
 				t.Errorf("got %s, want %s", got, tc.want)
 			}
 		})
 	}
+}
+
+// configCommand is a command with a string, a duration and a list flag and
+// --config; values reads them as "mode/drain/hosts".
+func configCommand() (cmd *cobra.Command, values func() string) {
+	var mode string
+	var drain time.Duration
+	var hosts []string
+	cmd = &cobra.Command{Use: "run"}
+	cmd.Flags().StringVar(&mode, "cert-mode", "self", "")
+	cmd.Flags().DurationVar(&drain, "shutdown-drain", 5*time.Second, "")
+	cmd.Flags().StringSliceVar(&hosts, "hosts", []string{"a"}, "")
+	addConfigFlag(cmd)
+	return cmd, func() string { return mode + "/" + drain.String() + "/" + strings.Join(hosts, ",") }
 }

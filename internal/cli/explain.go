@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -157,12 +156,10 @@ func warnLeftOut(cmd *cobra.Command, err error) {
 
 func writeExplained(w io.Writer, output string, list []explained) error {
 	if output == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
 		if list == nil {
 			list = []explained{}
 		}
-		return enc.Encode(list)
+		return writeJSON(w, list)
 	}
 	for i, x := range list {
 		if i > 0 {
@@ -208,11 +205,11 @@ func verdictText(v inject.Verdict, live bool) string {
 
 func parameterText(p inject.ResolvedParameter) string {
 	switch p.Source {
-	case "annotation":
+	case inject.FromAnnotation:
 		return fmt.Sprintf("%s = %q, from annotation %s", p.Name, p.Value, p.Annotation)
-	case "default":
+	case inject.FromDefault:
 		return fmt.Sprintf("%s = %q, the default (annotation %s is not set)", p.Name, p.Value, p.Annotation)
-	case "missing":
+	case inject.Missing:
 		return fmt.Sprintf("%s is MISSING: annotation %s is required", p.Name, p.Annotation)
 	}
 	return fmt.Sprintf("%s is empty (annotation %s is not set)", p.Name, p.Annotation)

@@ -5,9 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/spf13/cobra"
 	yaml "go.yaml.in/yaml/v3"
 )
 
@@ -33,14 +31,7 @@ func FuzzConfigFile(f *testing.F) {
 		if err := os.WriteFile(file, content, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		var mode string
-		var drain time.Duration
-		var hosts []string
-		cmd := &cobra.Command{Use: "run"}
-		cmd.Flags().StringVar(&mode, "cert-mode", "self", "")
-		cmd.Flags().DurationVar(&drain, "shutdown-drain", 5*time.Second, "")
-		cmd.Flags().StringSliceVar(&hosts, "hosts", []string{"a"}, "")
-		addConfigFlag(cmd)
+		cmd, _ := configCommand()
 		if err := cmd.ParseFlags([]string{"--config", file}); err != nil {
 			t.Fatal(err)
 		}

@@ -45,7 +45,7 @@ bare pods), which Sidecars its pods carry and whether they are current.`,
 			}
 			status := snap.Status()
 			if output == "json" {
-				return writeStatusJSON(cmd.OutOrStdout(), status)
+				return writeJSON(cmd.OutOrStdout(), status)
 			}
 			return writeStatusTable(cmd.OutOrStdout(), status)
 		},
@@ -56,10 +56,11 @@ bare pods), which Sidecars its pods carry and whether they are current.`,
 	return cmd
 }
 
-func writeStatusJSON(w io.Writer, status *clusterstate.Status) error {
+// writeJSON prints v as indented JSON, as every -o json does.
+func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(status)
+	return enc.Encode(v)
 }
 
 func writeStatusTable(w io.Writer, status *clusterstate.Status) error {

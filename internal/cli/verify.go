@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -298,7 +297,7 @@ func judgeVerify(name string, snap *clusterstate.Snapshot, sent *corev1.Pod, rec
 		case strings.Contains(lower, "failed calling webhook"):
 			r.Cause = CauseConnection
 			r.Detail = []string{"the apiserver could not reach the webhook: is the operator running, and its Service backed by ready pods?", msg}
-		case x.Verdict == inject.VerdictDenied && slices.ContainsFunc(x.Parameters, func(p inject.ResolvedParameter) bool { return p.Source == "missing" }):
+		case x.Verdict == inject.VerdictDenied && slices.ContainsFunc(x.Parameters, func(p inject.ResolvedParameter) bool { return p.Source == inject.Missing }):
 			r.Cause = CauseMissingParameter
 			r.Detail = append([]string{msg}, x.Reasons...)
 		case x.Verdict == inject.VerdictInject && strings.Contains(msg, "denied the request"):
@@ -439,9 +438,7 @@ func (o *verifyOptions) cleanUp(ctx context.Context, c client.Client, name strin
 
 func writeVerifyReport(w io.Writer, output string, r *VerifyReport) error {
 	if output == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		return writeJSON(w, r)
 	}
 	fmt.Fprintf(w, "verify (%s) in namespace %s", r.Mode, r.Namespace)
 	if r.Pod != "" {

@@ -45,13 +45,24 @@ type Explanation struct {
 
 // ResolvedParameter is a Sidecar parameter as read from a pod.
 type ResolvedParameter struct {
-	Name       string `json:"name"`
-	Annotation string `json:"annotation"`
-	Value      string `json:"value,omitempty"`
-	// Source is "annotation", "default", "missing" (required and unset) or
-	// "unset" (optional, empty).
-	Source string `json:"source"`
+	Name       string          `json:"name"`
+	Annotation string          `json:"annotation"`
+	Value      string          `json:"value,omitempty"`
+	Source     ParameterSource `json:"source"`
 }
+
+// ParameterSource says where a parameter's value came from.
+type ParameterSource string
+
+// Sources of a parameter's value.
+const (
+	FromAnnotation ParameterSource = "annotation"
+	FromDefault    ParameterSource = "default"
+	// Missing: required, and the annotation is not set.
+	Missing ParameterSource = "missing"
+	// Unset: optional, no default, and the annotation is not set: empty.
+	Unset ParameterSource = "unset"
+)
 
 // Explain runs the same decision as Inject with a trace, and returns one
 // Explanation per Sidecar of the engine, in injection order.
@@ -114,13 +125,13 @@ func (t *tracer) parameters(sc *compiledSidecar, annotations map[string]string) 
 	for _, prm := range sc.params {
 		r := ResolvedParameter{Name: prm.Name, Annotation: prm.Annotation}
 		if v, ok := annotations[prm.Annotation]; ok {
-			r.Value, r.Source = v, "annotation"
+			r.Value, r.Source = v, FromAnnotation
 		} else if prm.Default != nil {
-			r.Value, r.Source = *prm.Default, "default"
+			r.Value, r.Source = *prm.Default, FromDefault
 		} else if prm.Required {
-			r.Source = "missing"
+			r.Source = Missing
 		} else {
-			r.Source = "unset"
+			r.Source = Unset
 		}
 		x.Parameters = append(x.Parameters, r)
 	}

@@ -113,9 +113,9 @@ func TestExplainParameters(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{"agent/enable": "true", "agent/app": "shop"}}}
 	got := e.Explain(pod, "dev", DefaultNamespaceLabels)[0].Parameters
 	want := []ResolvedParameter{
-		{Name: "app", Annotation: "agent/app", Value: "shop", Source: "annotation"},
-		{Name: "port", Annotation: "agent/port", Value: "9999", Source: "default"},
-		{Name: "token", Annotation: "agent/token", Source: "unset"},
+		{Name: "app", Annotation: "agent/app", Value: "shop", Source: FromAnnotation},
+		{Name: "port", Annotation: "agent/port", Value: "9999", Source: FromDefault},
+		{Name: "token", Annotation: "agent/token", Source: Unset},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v, want %+v", got, want)
