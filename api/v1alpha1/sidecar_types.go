@@ -16,6 +16,12 @@ const (
 	AnnotationStatus = "sidecar-operator.io/status"
 	// LabelInjected is set to "true" on every pod that received a sidecar.
 	LabelInjected = "sidecar-operator.io/injected"
+	// LabelValidation on a namespace set to "disabled" turns pod validation
+	// off there; such a namespace gets no grants either.
+	LabelValidation = "sidecar-operator.io/validation"
+	// AnnotationRotate on the operator's certificate or signing key Secret
+	// asks for a rotation.
+	AnnotationRotate = "sidecar-operator.io/rotate"
 )
 
 // MissingParametersPolicy says what happens to a pod that lacks a required parameter.
@@ -91,12 +97,34 @@ type SidecarSpec struct {
 	// +optional
 	RBAC *SidecarRBAC `json:"rbac,omitempty"`
 
+	// AllowRequestByName lets a pod opt in with the annotation
+	// sidecar-operator.io/inject: <name>, bypassing selector and activation.
+	// Unset, it is allowed only for a Sidecar that grants nothing (no rbac,
+	// no imagePullSecret): a request by name must not let any pod creator
+	// obtain the Sidecar's grants.
+	// +optional
+	AllowRequestByName *bool `json:"allowRequestByName,omitempty"`
+
 	// ImagePullSecret is a Secret the sidecar's images need. The operator
 	// copies it, under the same name, into every namespace where the Sidecar
 	// is injected and keeps the copy in sync; the webhook adds it to the pod's
 	// imagePullSecrets.
 	// +optional
 	ImagePullSecret *SecretReference `json:"imagePullSecret,omitempty"`
+}
+
+// Grants reports whether the Sidecar makes the operator grant anything:
+// RBAC rules or a pull secret copy.
+func (s *SidecarSpec) Grants() bool {
+	return s.ImagePullSecret != nil || s.RBAC != nil && (len(s.RBAC.Rules) > 0 || len(s.RBAC.ClusterRules) > 0)
+}
+
+// RequestByNameAllowed applies AllowRequestByName's default.
+func (s *SidecarSpec) RequestByNameAllowed() bool {
+	if s.AllowRequestByName != nil {
+		return *s.AllowRequestByName
+	}
+	return !s.Grants()
 }
 
 // SecretReference names a Secret in a namespace.
@@ -139,6 +167,11 @@ type SidecarStatus struct {
 	// created while the webhook was down, or before the Sidecar existed.
 	// Restarting their owner injects them.
 	MissedPods int32 `json:"missedPods"`
+	// UnverifiedPods carry an injection record for this Sidecar that the
+	// operator cannot verify its webhook made for that pod (forged, copied,
+	// or whose injected containers changed since). They get no grant.
+	// +optional
+	UnverifiedPods int32 `json:"unverifiedPods"`
 	// Namespaces counts the namespaces with at least one injected pod.
 	Namespaces int32 `json:"namespaces"`
 	// Conditions: Ready (the Sidecar compiles and is served) and RBACReady
@@ -187,6 +220,7 @@ type Parameter struct {
 // +kubebuilder:printcolumn:name="Injected",type=integer,JSONPath=`.status.injectedPods`
 // +kubebuilder:printcolumn:name="Outdated",type=integer,JSONPath=`.status.outdatedPods`
 // +kubebuilder:printcolumn:name="Missed",type=integer,JSONPath=`.status.missedPods`
+// +kubebuilder:printcolumn:name="Unverified",type=integer,JSONPath=`.status.unverifiedPods`
 // +kubebuilder:printcolumn:name="Namespaces",type=integer,JSONPath=`.status.namespaces`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Native",type=boolean,JSONPath=`.spec.nativeSidecar`,priority=1
@@ -213,10 +247,19 @@ type InjectionStatus struct {
 	Sidecars []InjectionRecord `json:"sidecars"`
 }
 
-// InjectionRecord names one injected Sidecar and the spec revision injected.
+// InjectionRecord names one injected Sidecar and the spec revision injected,
+// with the webhook's proof that it made this injection for this pod.
 type InjectionRecord struct {
 	Name     string `json:"name"`
 	Revision string `json:"revision"`
+	// Containers are the names of the containers the injection added.
+	Containers []string `json:"containers,omitempty"`
+	// Digest is a hash of what was injected into those containers: image,
+	// command, args, env, securityContext and volumeMounts.
+	Digest string `json:"digest,omitempty"`
+	// Signature is "<key id>.<HMAC-SHA256>" over the pod's namespace and
+	// ServiceAccount, the name, revision, containers and digest.
+	Signature string `json:"signature,omitempty"`
 }
 
 func init() {

@@ -238,11 +238,11 @@ func injectedPod(path string, pod *corev1.Pod) (*corev1.Pod, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	presized, err := engine.Inject(pod, "bench-presized", inject.DefaultNamespaceLabels)
+	presized, err := engine.Inject(pod, "bench-presized", inject.DefaultNamespaceLabels, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	replay, err := engine.Inject(pod, "bench-replay", inject.DefaultNamespaceLabels)
+	replay, err := engine.Inject(pod, "bench-replay", inject.DefaultNamespaceLabels, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 )
 
@@ -85,7 +86,7 @@ func (r *Rotator) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, e
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	force := annotations[AnnotationRotate]
+	force := annotations[v1alpha1.AnnotationRotate]
 	st := parseState(&secret)
 	changed := false
 
@@ -143,7 +144,7 @@ func (r *Rotator) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, e
 		next = leafDue
 	}
 	if force != "" {
-		delete(annotations, AnnotationRotate)
+		delete(annotations, v1alpha1.AnnotationRotate)
 		changed = true
 	}
 

@@ -14,6 +14,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
 
 type fixture struct {
@@ -98,7 +100,7 @@ func TestFirstPassCreatesAndPublishes(t *testing.T) {
 func TestCARotationKeepsOldCAUntilTheLeafMoves(t *testing.T) {
 	f := newFixture(t, Options{PublishDelay: time.Hour})
 	first, _ := f.pass()
-	f.annotate(AnnotationRotate, "ca")
+	f.annotate(v1alpha1.AnnotationRotate, "ca")
 	rotated, secret := f.pass()
 	if len(rotated.bundle) != 2 || !rotated.bundle[1].Equal(first.bundle[0]) {
 		t.Fatalf("bundle after CA rotation: %d CAs", len(rotated.bundle))
@@ -106,7 +108,7 @@ func TestCARotationKeepsOldCAUntilTheLeafMoves(t *testing.T) {
 	if !rotated.leaf.Equal(first.leaf) {
 		t.Fatal("the leaf moved to the new CA before the bundle was published")
 	}
-	if _, forced := secret.Annotations[AnnotationRotate]; forced {
+	if _, forced := secret.Annotations[v1alpha1.AnnotationRotate]; forced {
 		t.Fatal("the rotate annotation was not removed")
 	}
 	verifies(t, rotated.bundle, rotated.leaf)
@@ -130,7 +132,7 @@ func TestLeafIsRenewedWhenDue(t *testing.T) {
 	if second.leaf.Equal(first.leaf) || !second.bundle[0].Equal(first.bundle[0]) {
 		t.Fatal("a due leaf was not renewed by the same CA")
 	}
-	f.annotate(AnnotationRotate, "leaf")
+	f.annotate(v1alpha1.AnnotationRotate, "leaf")
 	if third, _ := f.pass(); third.leaf.Equal(second.leaf) {
 		t.Fatal("a forced leaf rotation did nothing")
 	}

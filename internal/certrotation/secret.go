@@ -23,9 +23,6 @@ const (
 	KeyCert   = corev1.TLSCertKey
 	KeyKey    = corev1.TLSPrivateKeyKey
 
-	// AnnotationRotate on the Secret, set to "ca" or "leaf", forces that
-	// rotation now; the rotator removes it.
-	AnnotationRotate = "sidecar-operator.io/rotate"
 	// annotationBundleSince records when the bundle last gained a CA: the
 	// serving certificate moves to that CA only after PublishDelay.
 	annotationBundleSince = "sidecar-operator.io/bundle-since"

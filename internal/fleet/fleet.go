@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 )
 
@@ -23,6 +24,9 @@ const (
 	Current  State = "Current"
 	Outdated State = "Outdated"
 	Missed   State = "Missed"
+	// Unverified pods carry a record the operator cannot verify its webhook
+	// made for them: forged, copied, or changed since. They get no grant.
+	Unverified State = "Unverified"
 )
 
 // PodSidecar is one Sidecar a pod carries or missed.
@@ -43,6 +47,9 @@ type Judge struct {
 	// Excluded reports namespaces the webhook does not serve: their pods are
 	// never missed.
 	Excluded func(namespace string) bool
+	// Verify, when set, checks a record; one that fails is Unverified.
+	// Without it (a client that holds no key) records are taken as written.
+	Verify func(pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error
 }
 
 // Pod appends to dst how the pod stands with each Sidecar it carries or
@@ -57,7 +64,10 @@ func (j *Judge) Pod(pod *corev1.Pod, dst []PodSidecar) []PodSidecar {
 			continue
 		}
 		state := Current
-		if rec.Revision != rev {
+		switch {
+		case j.Verify != nil && j.Verify(pod, &rec) != nil:
+			state = Unverified
+		case rec.Revision != rev:
 			state = Outdated
 		}
 		dst = append(dst, PodSidecar{Sidecar: rec.Name, State: state})
@@ -80,12 +90,16 @@ func Finished(pod *corev1.Pod) bool {
 
 // Counts are one Sidecar's pods, as in its status.
 type Counts struct {
-	Matched, Injected, Outdated, Missed int32
-	Namespaces                          sets.Set[string]
+	Matched, Injected, Outdated, Missed, Unverified int32
+	Namespaces                                      sets.Set[string]
 }
 
 // Add counts one pod's standing with the Sidecar.
 func (c *Counts) Add(namespace string, state State) {
+	if state == Unverified {
+		c.Unverified++ // neither injected nor missed: reported apart
+		return
+	}
 	c.Matched++
 	switch state {
 	case Missed:

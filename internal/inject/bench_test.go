@@ -14,10 +14,11 @@ func BenchmarkInjectJSON(b *testing.B) {
 			e := mustEngine(b, exampleSidecars(b)...)
 			raw := reviewPod(b, tc.file)
 			buf := make([]byte, 0, 16<<10)
+			ring := testRing(b)
 			b.SetBytes(int64(len(raw)))
 			b.ReportAllocs()
 			for b.Loop() {
-				res, err := e.InjectJSON(raw, "shop", DefaultNamespaceLabels, buf[:0])
+				res, err := e.InjectJSON(raw, "shop", DefaultNamespaceLabels, ring, buf[:0])
 				if err != nil || res.Patch == nil {
 					b.Fatalf("no patch: %v %+v", err, res)
 				}

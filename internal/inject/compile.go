@@ -6,12 +6,14 @@ import (
 	encjson "encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 // compiledSidecar is a Sidecar prepared once per revision: selectors parsed,
@@ -22,6 +24,7 @@ type compiledSidecar struct {
 	native    bool
 	onMissing v1alpha1.MissingParametersPolicy
 
+	byName     bool            // a pod may request it with AnnotationInject
 	selector   labels.Selector // nil: selects no pod by label
 	nsSelector labels.Selector // nil: every namespace
 	activation string
@@ -33,16 +36,23 @@ type compiledSidecar struct {
 	// native sidecar, by its containers with restartPolicy Always.
 	initContainers []renderedContainer
 	containers     []renderedContainer
-	volumes        [][]byte
-	volumeNames    []string
-	appMounts      []corev1.VolumeMount
-	appMountsJSON  [][]byte
-	pullSecret     string // the name of spec.imagePullSecret, if any
+	// containerNames are those of initContainers then containers: what an
+	// injection record lists and its digest covers, in that order.
+	containerNames []string
+	// staticDigest is the digest of the containers when no template is in them.
+	staticDigest  string
+	volumes       [][]byte
+	volumeNames   []string
+	appMounts     []corev1.VolumeMount
+	appMountsJSON [][]byte
+	pullSecret    string // the name of spec.imagePullSecret, if any
 }
 
 type renderedContainer struct {
 	name string
 	json *jsonTemplate
+	// static is the container when it has no template, as the pod gets it.
+	static *corev1.Container
 }
 
 // Revision returns the hash of a Sidecar's spec recorded in the status
@@ -70,6 +80,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 	c := &compiledSidecar{
 		name:       sc.Name,
 		revision:   Revision(spec),
+		byName:     spec.RequestByNameAllowed(),
 		native:     spec.NativeSidecar,
 		onMissing:  spec.OnMissingParameters,
 		params:     spec.Parameters,
@@ -114,7 +125,15 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 			errs = append(errs, err)
 			return
 		}
-		*list = append(*list, renderedContainer{name: ct.Name, json: jt})
+		rc := renderedContainer{name: ct.Name, json: jt}
+		if len(jt.holes) == 0 {
+			rc.static = &corev1.Container{}
+			if err := encjson.Unmarshal(jt.static[0], rc.static); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", field, err))
+				return
+			}
+		}
+		*list = append(*list, rc)
 	}
 	for i := range spec.InitContainers {
 		addContainer(&c.initContainers, spec.InitContainers[i], fmt.Sprintf("spec.initContainers[%d]", i))
@@ -129,6 +148,20 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		} else {
 			addContainer(&c.containers, ct, field)
 		}
+	}
+
+	static := true
+	var statics []corev1.Container
+	for _, rc := range slices.Concat(c.initContainers, c.containers) {
+		c.containerNames = append(c.containerNames, rc.name)
+		if rc.static == nil {
+			static = false
+		} else {
+			statics = append(statics, *rc.static)
+		}
+	}
+	if static {
+		c.staticDigest = signing.Digest(statics)
 	}
 
 	volumes := map[string]bool{}

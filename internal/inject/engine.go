@@ -92,6 +92,13 @@ const (
 	SkipMissingParameters SkipReason = "MissingParameters"
 )
 
+// Signer signs the records of an injection for a pod of a namespace running
+// as a ServiceAccount. Without one, as in offline injection, records are
+// unsigned: they inject, but never carry a grant.
+type Signer interface {
+	Sign(namespace, serviceAccount string, rec *v1alpha1.InjectionRecord)
+}
+
 // NamespaceLabelsFunc returns a namespace's labels; ok is false when unknown.
 type NamespaceLabelsFunc func(namespace string) (labels map[string]string, ok bool)
 
@@ -111,8 +118,12 @@ type selection struct {
 type plan struct {
 	pod      *PodView
 	selected []selection
-	status   string // new status annotation value
-	addLabel bool
+	existing v1alpha1.InjectionStatus   // the records the pod already carries
+	injected []v1alpha1.InjectionRecord // the records of selected, set by seal
+	// namespace is the pod's, or the request's when the pod names none.
+	namespace string
+	status    string // new status annotation value, set by seal
+	addLabel  bool
 	// addMetadata is set for a pod without metadata: the patch creates it first.
 	addMetadata bool
 	addSpec     bool
@@ -192,10 +203,11 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 	if pod.Metadata.Namespace != "" {
 		namespace = pod.Metadata.Namespace
 	}
+	p.namespace = namespace
 
-	var existing v1alpha1.InjectionStatus
+	existing := &p.existing
 	if raw, ok := annotations[v1alpha1.AnnotationStatus]; ok {
-		if err := encjson.Unmarshal([]byte(raw), &existing); err != nil {
+		if err := encjson.Unmarshal([]byte(raw), existing); err != nil {
 			p.denials = append(p.denials, fmt.Sprintf("annotation %s is not valid injection status JSON: %v", v1alpha1.AnnotationStatus, err))
 			if p.trace != nil {
 				p.trace.all(VerdictDenied, p.denials[0])
@@ -210,9 +222,9 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 	podLabels := labels.Set(pod.Metadata.Labels)
 
 	for _, sc := range e.sidecars {
-		if statusHas(&existing, sc.name) {
+		if statusHas(existing, sc.name) {
 			if p.trace != nil {
-				p.trace.present(sc.name, &existing)
+				p.trace.present(sc.name, existing)
 			}
 			continue
 		}
@@ -272,8 +284,11 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 		p.selected = append(p.selected, sel)
 	}
 	for _, name := range splitList(requested) { // nil when nothing is requested
-		if e.byName[name] == nil {
+		switch sc := e.byName[name]; {
+		case sc == nil:
 			p.warnings = append(p.warnings, fmt.Sprintf("sidecar %q requested by annotation %s does not exist", name, v1alpha1.AnnotationInject))
+		case !sc.byName:
+			p.warnings = append(p.warnings, fmt.Sprintf("sidecar %q requested by annotation %s is not injected: %s", name, v1alpha1.AnnotationInject, notByName))
 		}
 	}
 	if len(p.denials) > 0 || len(p.selected) == 0 {
@@ -285,21 +300,27 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 			p.pullSecrets = append(p.pullSecrets, name)
 		}
 	}
-	p.status = statusJSON(&existing, p.selected)
 	p.addLabel = pod.Metadata.Labels[v1alpha1.LabelInjected] != "true"
 }
+
+// notByName says why a request by name is refused.
+const notByName = "the Sidecar does not allow requests by name (spec.allowRequestByName is false, or unset on a Sidecar that grants RBAC or a pull secret)"
 
 // selects applies the three ways a pod opts into a Sidecar: by name, by label
 // selector or by activation annotation. Tracing evaluates and records all
 // three; otherwise the first that holds decides.
 func (p *plan) selects(sc *compiledSidecar, requested string, podLabels labels.Set, annotations map[string]string) bool {
 	if p.trace == nil {
-		return listHas(requested, sc.name) || sc.selector != nil && sc.selector.Matches(podLabels) || activated(annotations, sc.activation)
+		return sc.byName && listHas(requested, sc.name) || sc.selector != nil && sc.selector.Matches(podLabels) || activated(annotations, sc.activation)
 	}
 	byName := listHas(requested, sc.name)
-	if byName {
+	switch {
+	case byName && !sc.byName:
+		byName = false
+		p.trace.note(sc.name, fmt.Sprintf("annotation %s requests it by name, but %s", v1alpha1.AnnotationInject, notByName))
+	case byName:
 		p.trace.note(sc.name, fmt.Sprintf("annotation %s requests it by name", v1alpha1.AnnotationInject))
-	} else {
+	default:
 		p.trace.note(sc.name, fmt.Sprintf("annotation %s does not name it", v1alpha1.AnnotationInject))
 	}
 	bySelector := sc.selector != nil && sc.selector.Matches(podLabels)
@@ -511,35 +532,59 @@ func quoteList(items []string) string {
 	return b.String()
 }
 
-func statusJSON(existing *v1alpha1.InjectionStatus, selected []selection) string {
-	buf := make([]byte, 0, 64*(len(existing.Sidecars)+len(selected)))
+// seal completes the records of the selected Sidecars, with what each
+// injected and, when signer is set, the webhook's signature, and renders the
+// status annotation: the pod's own records first, unchanged.
+func (p *plan) seal(signer Signer) error {
+	p.injected = make([]v1alpha1.InjectionRecord, len(p.selected))
+	sa := p.pod.Spec.ServiceAccountName
+	for i := range p.selected {
+		s := &p.selected[i]
+		digest, err := s.digest()
+		if err != nil {
+			return err
+		}
+		rec := &p.injected[i]
+		*rec = v1alpha1.InjectionRecord{Name: s.sc.name, Revision: s.sc.revision, Containers: s.sc.containerNames, Digest: digest}
+		if signer != nil {
+			signer.Sign(p.namespace, sa, rec)
+		}
+	}
+	n := len(p.existing.Sidecars) + len(p.injected)
+	buf := make([]byte, 0, 192*n)
 	buf = append(buf, `{"sidecars":[`...)
-	first := true
-	add := func(name, revision string) {
-		if !first {
+	for i, r := range slices.Concat(p.existing.Sidecars, p.injected) {
+		if i > 0 {
 			buf = append(buf, ',')
 		}
-		first = false
-		buf = append(buf, `{"name":`...)
-		buf = appendJSONString(buf, name)
-		buf = append(buf, `,"revision":`...)
-		buf = appendJSONString(buf, revision)
-		buf = append(buf, '}')
-	}
-	for _, r := range existing.Sidecars {
-		add(r.Name, r.Revision)
-	}
-	for _, s := range selected {
-		add(s.sc.name, s.sc.revision)
+		buf = appendRecord(buf, &r)
 	}
 	buf = append(buf, "]}"...)
-	return unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
+	p.status = unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
+	return nil
 }
 
-func (p *plan) records() []v1alpha1.InjectionRecord {
-	out := make([]v1alpha1.InjectionRecord, len(p.selected))
-	for i, s := range p.selected {
-		out[i] = v1alpha1.InjectionRecord{Name: s.sc.name, Revision: s.sc.revision}
+// appendRecord writes one record as encoding/json would.
+func appendRecord(buf []byte, r *v1alpha1.InjectionRecord) []byte {
+	buf = append(buf, `{"name":`...)
+	buf = appendJSONString(buf, r.Name)
+	buf = append(buf, `,"revision":`...)
+	buf = appendJSONString(buf, r.Revision)
+	if len(r.Containers) > 0 {
+		buf = append(buf, `,"containers":[`...)
+		for i, c := range r.Containers {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = appendJSONString(buf, c)
+		}
+		buf = append(buf, ']')
 	}
-	return out
+	for _, f := range [...]struct{ key, value string }{{`,"digest":`, r.Digest}, {`,"signature":`, r.Signature}} {
+		if f.value != "" {
+			buf = append(buf, f.key...)
+			buf = appendJSONString(buf, f.value)
+		}
+	}
+	return append(buf, '}')
 }

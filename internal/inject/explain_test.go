@@ -86,7 +86,7 @@ func TestExplain(t *testing.T) {
 				}
 			}
 			// Explain and Inject are one decision.
-			res, err := e.Inject(pod, "dev", nsLabels)
+			res, err := e.Inject(pod, "dev", nsLabels, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

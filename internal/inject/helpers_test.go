@@ -1,9 +1,11 @@
 package inject
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 func exampleSidecars(t testing.TB) []v1alpha1.Sidecar {
@@ -80,7 +83,7 @@ func applyPatch(t testing.TB, raw, patch []byte) []byte {
 // they agree and that re-injection is a no-op, and returns the mutated JSON.
 func checkBothPaths(t testing.TB, e *Engine, raw []byte, namespace string) (*Result, []byte) {
 	t.Helper()
-	res, err := e.InjectJSON(raw, namespace, DefaultNamespaceLabels, nil)
+	res, err := e.InjectJSON(raw, namespace, DefaultNamespaceLabels, testRing(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +91,7 @@ func checkBothPaths(t testing.TB, e *Engine, raw []byte, namespace string) (*Res
 	if err != nil {
 		t.Fatal(err)
 	}
-	typed, err := e.Inject(pod, namespace, DefaultNamespaceLabels)
+	typed, err := e.Inject(pod, namespace, DefaultNamespaceLabels, testRing(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +114,16 @@ func checkBothPaths(t testing.TB, e *Engine, raw []byte, namespace string) (*Res
 		b, _ := json.Marshal(typed.Pod)
 		t.Fatalf("patch result differs from the mutated pod:\npatch %s\ntyped %s", a, b)
 	}
-	again, err := e.InjectJSON(mutated, namespace, DefaultNamespaceLabels, nil)
+	// Every record the webhook writes verifies on the pod it produced.
+	if patched.Namespace == "" {
+		patched.Namespace = namespace
+	}
+	for _, rec := range InjectedSidecars(patched.Annotations) {
+		if err := testRing(t).Verify(patched, &rec); err != nil && slices.ContainsFunc(res.Injected, func(r v1alpha1.InjectionRecord) bool { return r.Name == rec.Name }) {
+			t.Fatalf("record %s does not verify on the injected pod: %v", rec.Name, err)
+		}
+	}
+	again, err := e.InjectJSON(mutated, namespace, DefaultNamespaceLabels, testRing(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,4 +131,14 @@ func checkBothPaths(t testing.TB, e *Engine, raw []byte, namespace string) (*Res
 		t.Fatalf("re-injection is not a no-op: denial %q, patch %s", again.Denial, again.Patch)
 	}
 	return res, mutated
+}
+
+// testRing is a fixed one-key ring.
+func testRing(t testing.TB) *signing.Ring {
+	t.Helper()
+	r, err := signing.ParseRing(map[string][]byte{"k1700000000": bytes.Repeat([]byte{7}, signing.KeySize)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -11,11 +11,12 @@ import (
 )
 
 // Inject injects into a typed Pod and returns the mutated Pod and the patch.
-// namespace is used when the pod has none, as in an admission request.
-func (e *Engine) Inject(pod *corev1.Pod, namespace string, nsLabels NamespaceLabelsFunc) (*Result, error) {
+// namespace is used when the pod has none, as in an admission request;
+// signer, when not nil, signs the records.
+func (e *Engine) Inject(pod *corev1.Pod, namespace string, nsLabels NamespaceLabelsFunc, signer Signer) (*Result, error) {
 	view := viewOfPod(pod)
 	p := e.planFor(view, namespace, nsLabels, podVolume(pod))
-	res, err := p.result(nil)
+	res, err := p.result(nil, signer)
 	if err != nil || res.Denial != "" {
 		return res, err
 	}
@@ -30,12 +31,12 @@ func (e *Engine) Inject(pod *corev1.Pod, namespace string, nsLabels NamespaceLab
 // InjectJSON injects into a pod given as JSON, reading only what it needs.
 // The patch is appended to buf, which the caller may reuse after it is done
 // with the Result.
-func (e *Engine) InjectJSON(raw []byte, namespace string, nsLabels NamespaceLabelsFunc, buf []byte) (*Result, error) {
+func (e *Engine) InjectJSON(raw []byte, namespace string, nsLabels NamespaceLabelsFunc, signer Signer, buf []byte) (*Result, error) {
 	var view PodView
 	if err := DecodePodView(raw, &view); err != nil {
 		return nil, fmt.Errorf("decoding pod: %w", err)
 	}
-	return e.InjectView(&view, namespace, nsLabels, PodVolumesFromJSON(raw), buf)
+	return e.InjectView(&view, namespace, nsLabels, PodVolumesFromJSON(raw), signer, buf)
 }
 
 // PodVolumesFromJSON decodes the volumes of the pod JSON raw in full, only
@@ -58,7 +59,7 @@ type PodVolumesFunc func() ([]corev1.Volume, error)
 
 // InjectView is InjectJSON for a caller that decoded the PodView itself, for
 // example as part of an AdmissionReview.
-func (e *Engine) InjectView(view *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolumes PodVolumesFunc, buf []byte) (*Result, error) {
+func (e *Engine) InjectView(view *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolumes PodVolumesFunc, signer Signer, buf []byte) (*Result, error) {
 	p := e.planFor(view, namespace, nsLabels, func(name string) (*corev1.Volume, error) {
 		volumes, err := podVolumes()
 		if err != nil {
@@ -71,16 +72,20 @@ func (e *Engine) InjectView(view *PodView, namespace string, nsLabels NamespaceL
 		}
 		return nil, nil
 	})
-	return p.result(buf)
+	return p.result(buf, signer)
 }
 
-func (p *plan) result(buf []byte) (*Result, error) {
+func (p *plan) result(buf []byte, signer Signer) (*Result, error) {
 	res := &Result{Warnings: p.warnings, Skipped: p.skipped}
 	if len(p.denials) > 0 {
 		res.Denial, res.Denied = strings.Join(p.denials, "; "), p.denied
 		return res, nil
 	}
 	if len(p.selected) == 0 {
+		return res, nil
+	}
+	if err := p.seal(signer); err != nil {
+		res.Denial = "rendering " + err.Error()
 		return res, nil
 	}
 	patch, err := p.writePatch(buf)
@@ -90,7 +95,7 @@ func (p *plan) result(buf []byte) (*Result, error) {
 		return res, nil
 	}
 	res.Patch = patch
-	res.Injected = p.records()
+	res.Injected = p.injected
 	return res, nil
 }
 

@@ -3,6 +3,7 @@ package inject
 import (
 	encjson "encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 // patchWriter appends RFC 6902 operations to a JSON array.
@@ -311,6 +313,32 @@ func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
 		out.Spec.ImagePullSecrets = append(out.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
 	}
 	return out, nil
+}
+
+// digest is the digest of what the selection injects, rendering its
+// templated containers for this pod.
+func (s *selection) digest() (string, error) {
+	if s.sc.staticDigest != "" {
+		return s.sc.staticDigest, nil
+	}
+	var containers []corev1.Container
+	var scratch []byte
+	for _, c := range slices.Concat(s.sc.initContainers, s.sc.containers) {
+		if c.static != nil {
+			containers = append(containers, *c.static)
+			continue
+		}
+		var err error
+		if scratch, err = s.appendContainer(scratch[:0], c); err != nil {
+			return "", err
+		}
+		var ct corev1.Container
+		if err := encjson.Unmarshal(scratch, &ct); err != nil {
+			return "", err
+		}
+		containers = append(containers, ct)
+	}
+	return signing.Digest(containers), nil
 }
 
 // appendContainer renders one container of the selection as JSON.

@@ -24,10 +24,11 @@ type PodView struct {
 
 // SpecView is the part of a pod's spec the engine reads.
 type SpecView struct {
-	Containers       []containerView
-	InitContainers   []containerView
-	Volumes          []namedView
-	ImagePullSecrets []namedView
+	ServiceAccountName string
+	Containers         []containerView
+	InitContainers     []containerView
+	Volumes            []namedView
+	ImagePullSecrets   []namedView
 }
 
 // MetadataView is the part of a pod's metadata the engine reads.
@@ -123,6 +124,8 @@ func (sp *SpecView) read(s *jsonscan.Scanner) {
 	}
 	for key, ok := s.Member(); ok; key, ok = s.Member() {
 		switch string(key) {
+		case "serviceAccountName":
+			readString(s, &sp.ServiceAccountName)
 		case "containers":
 			readContainers(s, &sp.Containers)
 		case "initContainers":
@@ -245,6 +248,7 @@ func viewOfPod(pod *corev1.Pod) *PodView {
 	v.Metadata.Namespace = pod.Namespace
 	v.Metadata.Labels = pod.Labels
 	v.Metadata.Annotations = pod.Annotations
+	v.Spec.ServiceAccountName = pod.Spec.ServiceAccountName
 	v.Spec.Containers = containerViews(pod.Spec.Containers)
 	v.Spec.InitContainers = containerViews(pod.Spec.InitContainers)
 	if pod.Spec.Volumes != nil {

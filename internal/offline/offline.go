@@ -165,7 +165,7 @@ func (in *Injector) pod(obj map[string]any, namespace, field string) (bool, erro
 	if err != nil {
 		return false, err
 	}
-	res, err := in.Engine.Inject(pod, namespace, inject.DefaultNamespaceLabels)
+	res, err := in.Engine.Inject(pod, namespace, inject.DefaultNamespaceLabels, nil)
 	if err != nil {
 		return false, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
 	"github.com/sidecar-operator/sidecar-operator/internal/clusterstate"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
@@ -102,6 +104,14 @@ type Options struct {
 	// authorizes every request through the apiserver (TokenReview and
 	// SubjectAccessReview). Without it only /metrics is served, in plain HTTP.
 	MetricsSecure bool
+	// SigningKeySecret names the Secret in Namespace whose keys sign
+	// injection records; SigningKeyActivation is how long a new key waits
+	// before it signs (zero means DefaultSigningKeyActivation).
+	SigningKeySecret     string
+	SigningKeyActivation time.Duration
+	// PullSecretNamespaces may hold imagePullSecret sources; empty means
+	// Namespace only.
+	PullSecretNamespaces []string
 	// PullSecretResync is how often pull secret copies are compared with
 	// their sources; zero means DefaultPullSecretResync.
 	PullSecretResync time.Duration
@@ -151,8 +161,14 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if opts.CertMode == "" {
 		opts.CertMode = CertModeSelf
 	}
-	if opts.Namespace == "" && (opts.CertMode == CertModeSelf || opts.LeaderElection) {
-		return errors.New("a namespace is needed for the certificate Secret and the leader lease")
+	if opts.SigningKeySecret == "" {
+		opts.SigningKeySecret = DefaultSigningKeySecret
+	}
+	if opts.SigningKeyActivation == 0 {
+		opts.SigningKeyActivation = DefaultSigningKeyActivation
+	}
+	if opts.Namespace == "" {
+		return errors.New("a namespace is needed for the signing key, the certificate Secret and the leader lease")
 	}
 	if opts.CreateNamespace {
 		if err := ensureNamespace(ctx, cfg, opts.Namespace); err != nil {
@@ -216,6 +232,23 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return err
 	}
 
+	keys := &webhook.SwappableRing{}
+	if err := addSigningKeyKeeper(mgr, opts, keys, log); err != nil {
+		return err
+	}
+	var excludedNamespaces []string
+	if opts.Namespace != "" {
+		excludedNamespaces = append(excludedNamespaces, opts.Namespace)
+	}
+	gate, err := newGrantGate(keys, mgr.GetCache(), mgr.GetAPIReader(), excludedNamespaces...)
+	if err != nil {
+		return err
+	}
+	pullSecrets := authorship.PullSecretPolicy{Namespaces: opts.PullSecretNamespaces}
+	if len(pullSecrets.Namespaces) == 0 {
+		pullSecrets.Namespaces = []string{opts.Namespace}
+	}
+
 	nsLabels := func(name string) (map[string]string, bool) { return namespaceLabels(mgr.GetCache(), name) }
 	excluded := func(ns string) bool {
 		l, _ := nsLabels(ns)
@@ -225,7 +258,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if resync == 0 {
 		resync = DefaultPullSecretResync
 	}
-	if err := addFleetControllers(mgr, engines, nsLabels, excluded, resync, log); err != nil {
+	if err := addFleetControllers(mgr, engines, gate, pullSecrets, nsLabels, excluded, resync, log); err != nil {
 		return err
 	}
 	if opts.MetricsSecure && opts.MetricsAddr != "0" && opts.MetricsAddr != "" {
@@ -240,10 +273,6 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		}
 	}
 
-	var excludedNamespaces []string
-	if opts.Namespace != "" {
-		excludedNamespaces = append(excludedNamespaces, opts.Namespace)
-	}
 	if opts.ValidatingConfigName == "" {
 		opts.ValidatingConfigName = opts.WebhookConfigName
 	}
@@ -282,6 +311,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		DrainDelay: opts.DrainDelay,
 		Validator: &webhook.Validator{
 			Engines:         engines,
+			Keys:            keys,
+			Authors:         authorsChecker(mgr, pullSecrets),
 			NamespaceLabels: nsLabels,
 			Sidecars: func(ctx context.Context) ([]v1alpha1.Sidecar, error) {
 				var list v1alpha1.SidecarList
@@ -291,6 +322,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		},
 		Mutator: &webhook.Mutator{
 			Engines:         engines,
+			Keys:            keys,
 			Log:             log.WithName("mutator"),
 			Events:          mgr.GetEventRecorder("sidecar-operator-webhook"),
 			NamespaceLabels: nsLabels,
@@ -301,6 +333,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			default:
 				return errors.New("waiting for the cache")
 			}
+			if keys.Ring() == nil {
+				return fmt.Errorf("waiting for the signing key in Secret %s/%s (labelled %s=%s)", opts.Namespace, opts.SigningKeySecret, LabelManagedBy, managedBy)
+			}
 			return published(ctx)
 		},
 	}
@@ -308,6 +343,48 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// addSigningKeyKeeper keeps keys loaded from the key Secret, on every replica.
+func addSigningKeyKeeper(mgr manager.Manager, opts Options, keys *webhook.SwappableRing, log logr.Logger) error {
+	secret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.SigningKeySecret}
+	isSecret := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetNamespace() == secret.Namespace && o.GetName() == secret.Name
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("signing-key").
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(constantRequest(secret)), builder.WithPredicates(isSecret)).
+		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			q.Add(reconcile.Request{NamespacedName: secret}) // the first pass creates the Secret
+			return nil
+		})).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
+		Complete(&signingKeyKeeper{client: mgr.GetClient(), secret: secret, activation: opts.SigningKeyActivation, keys: keys, log: log.WithName("signing-key")})
+}
+
+// authorsChecker asks the apiserver, as each Sidecar's author, what they hold.
+func authorsChecker(mgr manager.Manager, pullSecrets authorship.PullSecretPolicy) *authorship.Checker {
+	return &authorship.Checker{
+		Review: func(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (bool, error) {
+			review := &authorizationv1.SubjectAccessReview{Spec: spec}
+			if err := mgr.GetClient().Create(ctx, review); err != nil {
+				return false, err
+			}
+			return review.Status.Allowed, nil
+		},
+		PullSecrets: pullSecrets,
+		GetSecret: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+			if pullSecrets.AllowedNamespace(namespace) != nil {
+				return nil, nil // never read: refused for its namespace already
+			}
+			var s corev1.Secret
+			err := mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s)
+			if apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			return &s, err
+		},
+	}
 }
 
 func metricsOptions(opts Options) metricsserver.Options {
@@ -455,7 +532,7 @@ var managedSelector = labels.SelectorFromSet(labels.Set{LabelManagedBy: managedB
 
 // addFleetControllers adds the RBAC and status controllers, which follow the
 // injected pods across the cluster.
-func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, nsLabels inject.NamespaceLabelsFunc, excluded func(string) bool, resync time.Duration, log logr.Logger) error {
+func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, gate *grantGate, pullSecrets authorship.PullSecretPolicy, nsLabels inject.NamespaceLabelsFunc, excluded func(string) bool, resync time.Duration, log logr.Logger) error {
 	ctx := context.Background()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, indexInjectedSidecars, injectedSidecarNames); err != nil {
 		return err
@@ -484,7 +561,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Watches(&rbacv1.ClusterRole{}, ownerSidecar).
 		Watches(&rbacv1.ClusterRoleBinding{}, ownerSidecar).
 		Watches(&rbacv1.RoleBinding{}, ownerSidecar).
-		Complete(&rbacReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), conditions: book, log: log.WithName("rbac")}); err != nil {
+		Complete(&rbacReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, conditions: book, log: log.WithName("rbac")}); err != nil {
 		return err
 	}
 
@@ -497,7 +574,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Watches(&corev1.Pod{}, toPullSecrets, builder.WithPredicates(injectionChanged())).
 		Watches(&corev1.Secret{}, toPullSecrets).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(&pullSecretReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), resync: resync, log: log.WithName("pullsecrets")}); err != nil {
+		Complete(&pullSecretReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, policy: pullSecrets, resync: resync, log: log.WithName("pullsecrets")}); err != nil {
 		return err
 	}
 
@@ -529,7 +606,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		WatchesRawSource(source.Channel(rbacEvents, toFleet)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(&statusReconciler{
-			client: mgr.GetClient(), engines: engines, nsLabels: nsLabels, conditions: book,
+			client: mgr.GetClient(), engines: engines, nsLabels: nsLabels, conditions: book, gate: gate,
 			events: mgr.GetEventRecorder("sidecar-operator"), log: log.WithName("status"), reported: sets.New[string](), excluded: excluded,
 		})
 }

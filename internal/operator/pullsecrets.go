@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
 )
 
 // Copying pull secrets needs secrets in every namespace with injected pods;
@@ -40,11 +41,16 @@ var pullSecretsKey = ctrl.Request{NamespacedName: types.NamespacedName{Name: "pu
 type pullSecretReconciler struct {
 	client    client.Client
 	apiReader client.Reader
+	gate      *grantGate
+	policy    authorship.PullSecretPolicy
 	resync    time.Duration
 	log       logr.Logger
 }
 
 func (r *pullSecretReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	if res, wait := r.gate.notReady(); wait {
+		return res, nil
+	}
 	var sidecars v1alpha1.SidecarList
 	if err := r.client.List(ctx, &sidecars); err != nil {
 		return ctrl.Result{}, err
@@ -57,13 +63,18 @@ func (r *pullSecretReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (c
 		if ref == nil || !sc.DeletionTimestamp.IsZero() {
 			continue
 		}
+		if err := r.policy.AllowedNamespace(ref.Namespace); err != nil {
+			r.log.Info("not copying a pull secret", "sidecar", sc.Name, "reason", err.Error())
+			continue
+		}
 		var pods corev1.PodList
 		if err := r.client.List(ctx, &pods, client.MatchingFields{indexInjectedSidecars: sc.Name}, client.UnsafeDisableDeepCopy); err != nil {
 			return ctrl.Result{}, err
 		}
 		for i := range pods.Items {
-			if ns := pods.Items[i].Namespace; ns != ref.Namespace {
-				want[types.NamespacedName{Namespace: ns, Name: ref.Name}] = *ref
+			pod := &pods.Items[i]
+			if pod.Namespace != ref.Namespace && r.gate.grants(ctx, pod, sc.Name) {
+				want[types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}] = *ref
 			}
 		}
 	}
@@ -76,6 +87,9 @@ func (r *pullSecretReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (c
 			src = &corev1.Secret{}
 			if err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, src); err != nil {
 				errs = append(errs, fmt.Errorf("imagePullSecret %s/%s: %w", ref.Namespace, ref.Name, err))
+				src = nil
+			} else if err := authorship.CheckPullSecretType(src); err != nil {
+				errs = append(errs, fmt.Errorf("imagePullSecret %s/%s not copied: %w", ref.Namespace, ref.Name, err))
 				src = nil
 			}
 			sources[ref] = src

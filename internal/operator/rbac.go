@@ -57,6 +57,7 @@ type rbacReconciler struct {
 	client client.Client
 	// apiReader sees objects the cache, which holds only owned ones, does not.
 	apiReader  client.Reader
+	gate       *grantGate
 	conditions *conditionBook
 	log        logr.Logger
 }
@@ -87,6 +88,9 @@ func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			return ctrl.Result{}, client.IgnoreNotFound(r.client.Patch(ctx, &sc, client.MergeFrom(orig)))
 		}
 		return ctrl.Result{}, nil
+	}
+	if res, wait := r.gate.notReady(); wait {
+		return res, nil
 	}
 	orig := sc.DeepCopy()
 	if controllerutil.AddFinalizer(&sc, rbacFinalizer) {
@@ -119,6 +123,9 @@ func (r *rbacReconciler) sync(ctx context.Context, sc *v1alpha1.Sidecar) error {
 	byNamespace := map[string]map[string]bool{} // namespace -> ServiceAccounts
 	for i := range pods.Items {
 		pod := &pods.Items[i]
+		if !r.gate.grants(ctx, pod, sc.Name) {
+			continue
+		}
 		if byNamespace[pod.Namespace] == nil {
 			byNamespace[pod.Namespace] = map[string]bool{}
 		}

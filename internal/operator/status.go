@@ -30,7 +30,8 @@ import (
 
 // Event reasons.
 const (
-	ReasonInjectionMissed = "InjectionMissed"
+	ReasonInjectionMissed     = "InjectionMissed"
+	ReasonInjectionUnverified = "InjectionUnverified"
 )
 
 // fleetKey is the one request the status controller works on: any change to
@@ -46,6 +47,7 @@ type statusReconciler struct {
 	engines    *webhook.SwappableEngine
 	nsLabels   inject.NamespaceLabelsFunc
 	conditions *conditionBook
+	gate       *grantGate
 	events     recorder.EventRecorder
 	log        logr.Logger
 	// excluded reports namespaces the webhook configuration leaves out: their
@@ -64,6 +66,9 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	engine := r.engines.Engine()
 	if engine == nil {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	if res, wait := r.gate.notReady(); wait {
+		return res, nil
 	}
 	var sidecars v1alpha1.SidecarList
 	if err := r.client.List(ctx, &sidecars); err != nil {
@@ -90,6 +95,7 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		Revision:        func(name string) (string, bool) { rev, ok := revisions[name]; return rev, ok },
 		NamespaceLabels: r.nsLabels,
 		Excluded:        r.excluded,
+		Verify:          r.gate.verify,
 	}
 	seen := sets.New[string]()
 	var states []fleet.PodSidecar
@@ -98,10 +104,15 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		states = judge.Pod(pod, states[:0])
 		for _, st := range states {
 			counts[st.Sidecar].Add(pod.Namespace, st.State)
-			if st.State == fleet.Missed {
+			switch st.State {
+			case fleet.Missed:
 				key := string(pod.UID) + "/" + st.Sidecar
 				seen.Insert(key)
 				r.reportMissed(key, pod, st.Sidecar)
+			case fleet.Unverified:
+				key := string(pod.UID) + "/" + st.Sidecar + "/unverified"
+				seen.Insert(key)
+				r.reportUnverified(key, pod, st.Sidecar)
 			}
 		}
 	}
@@ -133,6 +144,7 @@ func (r *statusReconciler) writeStatus(ctx context.Context, engine *inject.Engin
 	status.ObservedGeneration = sc.Generation
 	status.Revision = revision
 	status.MatchedPods, status.InjectedPods, status.OutdatedPods, status.MissedPods = c.Matched, c.Injected, c.Outdated, c.Missed
+	status.UnverifiedPods = c.Unverified
 	status.Namespaces = int32(c.Namespaces.Len())
 	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Injecting", Message: "the webhook injects this revision"}
 	if _, ok := engine.Revision(sc.Name); !ok {
@@ -165,14 +177,38 @@ func compileError(sc *v1alpha1.Sidecar) string {
 	return "not loaded by the webhook yet"
 }
 
+// firstReport records key and says whether it was new.
+func (r *statusReconciler) firstReport(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	done := r.reported.Has(key)
+	r.reported.Insert(key)
+	return !done
+}
+
+// reportUnverified tells, once per pod, that a pod's record for a Sidecar
+// does not verify, on the pod itself: it gets none of the Sidecar's grants.
+func (r *statusReconciler) reportUnverified(key string, pod *corev1.Pod, sidecar string) {
+	if !r.firstReport(key) {
+		return
+	}
+	reason := "it cannot be verified"
+	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
+		if rec.Name == sidecar {
+			if err := r.gate.verify(pod, &rec); err != nil {
+				reason = err.Error()
+			}
+		}
+	}
+	r.events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInjectionUnverified, "Verify",
+		"the injection record of sidecar %q was not made by the webhook for this pod, so it gets none of the Sidecar's grants: %s", sidecar, reason)
+	r.log.Info("unverified injection record", "pod", podRef(pod), "sidecar", sidecar, "reason", reason)
+}
+
 // reportMissed tells, once per pod, that a pod lacks a Sidecar it matches,
 // on the object a user looks at: the pod's controller, else the pod.
 func (r *statusReconciler) reportMissed(key string, pod *corev1.Pod, sidecar string) {
-	r.mu.Lock()
-	done := r.reported.Has(key)
-	r.reported.Insert(key)
-	r.mu.Unlock()
-	if done {
+	if !r.firstReport(key) {
 		return
 	}
 	var regarding client.Object = pod

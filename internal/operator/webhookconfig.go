@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sidecar-operator/sidecar-operator/internal/validation"
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
@@ -92,7 +92,6 @@ func ValidatingWebhookConfiguration(name string, target WebhookTarget, caBundle 
 		}
 		return cc
 	}
-	excluded := append([]string{metav1.NamespaceSystem}, excludeNamespaces...)
 	common := admissionv1.ValidatingWebhook{
 		AdmissionReviewVersions: []string{"v1", "v1beta1"},
 		SideEffects:             ptr.To(admissionv1.SideEffectClassNone),
@@ -111,23 +110,36 @@ func ValidatingWebhookConfiguration(name string, target WebhookTarget, caBundle 
 	}}
 	pods.Name = "pods.sidecar-operator.io"
 	pods.ClientConfig = clientConfig(webhook.PathValidatePods)
+	// Every way to write a pod's metadata or containers: the record could
+	// be forged, or an injected container changed, through any of them.
 	pods.Rules = []admissionv1.RuleWithOperations{{
 		Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
-		Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptr.To(admissionv1.NamespacedScope)},
+		Rule: admissionv1.Rule{
+			APIGroups: []string{""}, APIVersions: []string{"v1"},
+			Resources: []string{"pods", "pods/status", "pods/ephemeralcontainers"}, Scope: ptr.To(admissionv1.NamespacedScope),
+		},
 	}}
 	pods.MatchConditions = []admissionv1.MatchCondition{{
 		Name: "carries-an-injection-record",
 		Expression: `(has(object.metadata.annotations) && 'sidecar-operator.io/status' in object.metadata.annotations) || ` +
 			`(oldObject != null && has(oldObject.metadata.annotations) && 'sidecar-operator.io/status' in oldObject.metadata.annotations)`,
 	}}
-	pods.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-		{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: excluded},
-		{Key: validation.LabelValidation, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"disabled"}},
-	}}
+	pods.NamespaceSelector = PodValidationNamespaces(excludeNamespaces...)
 	return &admissionv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks:   []admissionv1.ValidatingWebhook{sidecars, pods},
 	}
+}
+
+// PodValidationNamespaces selects the namespaces where pods are validated:
+// all but kube-system, the excluded ones (the operator's) and those labelled
+// sidecar-operator.io/validation=disabled. Grants follow injected pods only
+// there, since only there is the injection record guarded.
+func PodValidationNamespaces(excludeNamespaces ...string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: append([]string{metav1.NamespaceSystem}, excludeNamespaces...)},
+		{Key: v1alpha1.LabelValidation, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"disabled"}},
+	}}
 }
 
 // ensureValidatingConfiguration is ensureWebhookConfiguration for the

@@ -3,50 +3,87 @@ package validation
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
-
-// LabelValidation on a namespace set to "disabled" turns pod validation off there.
-const LabelValidation = "sidecar-operator.io/validation"
 
 var statusPath = field.NewPath("metadata", "annotations").Key(v1alpha1.AnnotationStatus)
 
-// Pod returns why a pod's injection record cannot be trusted: it claims
-// sidecars whose containers the pod lacks (a forged marker), or, on UPDATE
-// (old is not nil), it removes or alters the record the pod was created with.
-func Pod(pod, old *corev1.Pod, engine *inject.Engine) field.ErrorList {
-	var errs field.ErrorList
+// Pod returns why a pod's injection record cannot be trusted.
+//
+// On CREATE (old is nil) every record must parse, name a Sidecar the engine
+// knows, and, when ring is set, carry the webhook's signature for this pod
+// over containers that are still what was injected. Without a ring (the
+// standalone webhook, which grants nothing) the claimed containers must at
+// least exist.
+//
+// On UPDATE, through pods, pods/status or pods/ephemeralcontainers, the old
+// record must parse, the record must stay byte for byte what it was, and the
+// injected containers must keep what the digest covers.
+func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) field.ErrorList {
 	records, err := parseRecords(pod)
 	if err != nil {
 		return field.ErrorList{field.Invalid(statusPath, pod.Annotations[v1alpha1.AnnotationStatus], err.Error())}
 	}
 	if old != nil {
-		oldRecords, err := parseRecords(old)
-		if err == nil && !slices.Equal(oldRecords, records) {
-			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("the injection record %v cannot be removed or changed (now %v)", oldRecords, records)))
+		return podUpdate(pod, old, engine)
+	}
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i := range records {
+		r := &records[i]
+		if seen[r.Name] {
+			errs = append(errs, field.Duplicate(statusPath, r.Name))
+			continue
 		}
-	}
-	have := map[string]bool{}
-	for _, c := range pod.Spec.InitContainers {
-		have[c.Name] = true
-	}
-	for _, c := range pod.Spec.Containers {
-		have[c.Name] = true
-	}
-	for _, r := range records {
+		seen[r.Name] = true
 		containers, known := engine.ContainerNames(r.Name)
-		if !known {
-			continue // a Sidecar since deleted: nothing to check against
+		switch {
+		case !known:
+			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("names sidecar %q, which does not exist", r.Name)))
+		case ring != nil:
+			if err := ring.Verify(pod, r); err != nil {
+				errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("the record of sidecar %q was not made by the webhook for this pod: %v", r.Name, err)))
+			}
+		default:
+			for _, name := range containers {
+				if !hasContainer(pod, name) {
+					errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("claims sidecar %q, but the pod has no container %q: a forged injection record", r.Name, name)))
+				}
+			}
 		}
-		for _, name := range containers {
-			if !have[name] {
-				errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("claims sidecar %q, but the pod has no container %q: a forged injection record", r.Name, name)))
+	}
+	return errs
+}
+
+func podUpdate(pod, old *corev1.Pod, engine *inject.Engine) field.ErrorList {
+	oldRecords, err := parseRecords(old)
+	if err != nil {
+		return field.ErrorList{field.Forbidden(statusPath, "the pod's stored injection record does not parse, so no update can be judged: "+err.Error())}
+	}
+	if now, before := pod.Annotations[v1alpha1.AnnotationStatus], old.Annotations[v1alpha1.AnnotationStatus]; now != before {
+		return field.ErrorList{field.Forbidden(statusPath, fmt.Sprintf("the injection record %q cannot be removed or changed (now %q)", before, now))}
+	}
+	var errs field.ErrorList
+	for i := range oldRecords {
+		r := &oldRecords[i]
+		names := r.Containers
+		if len(names) == 0 { // a record from before signing names no containers
+			names, _ = engine.ContainerNames(r.Name)
+		}
+		for _, name := range names {
+			before, after := signing.Container(old, name), signing.Container(pod, name)
+			if before == nil {
+				continue
+			}
+			if after == nil || signing.Digest([]corev1.Container{*before}) != signing.Digest([]corev1.Container{*after}) {
+				errs = append(errs, field.Forbidden(containerPath(pod, name), fmt.Sprintf(
+					"container %q was injected by sidecar %q: its image, command, args, env, envFrom, securityContext and volumeMounts cannot be changed", name, r.Name)))
 			}
 		}
 	}
@@ -63,4 +100,21 @@ func parseRecords(pod *corev1.Pod) ([]v1alpha1.InjectionRecord, error) {
 		return nil, fmt.Errorf("not valid injection status JSON: %v", err)
 	}
 	return status.Sidecars, nil
+}
+
+func hasContainer(pod *corev1.Pod, name string) bool { return signing.Container(pod, name) != nil }
+
+// containerPath names a container's field by its index in the pod.
+func containerPath(pod *corev1.Pod, name string) *field.Path {
+	for _, group := range []struct {
+		field string
+		list  []corev1.Container
+	}{{"initContainers", pod.Spec.InitContainers}, {"containers", pod.Spec.Containers}} {
+		for i := range group.list {
+			if group.list[i].Name == name {
+				return field.NewPath("spec", group.field).Index(i)
+			}
+		}
+	}
+	return field.NewPath("spec", "containers").Key(name)
 }

@@ -85,6 +85,15 @@ func Sidecar(sc *v1alpha1.Sidecar, others []v1alpha1.Sidecar) field.ErrorList {
 		}
 	}
 
+	// Cluster-wide grants to whoever gets injected need the namespaces scoped,
+	// by labels an administrator controls.
+	if rbac := sc.Spec.RBAC; rbac != nil && len(rbac.ClusterRules) > 0 {
+		if ns := sc.Spec.NamespaceSelector; ns == nil || len(ns.MatchLabels) == 0 && len(ns.MatchExpressions) == 0 {
+			errs = append(errs, field.Required(spec.Child("namespaceSelector"),
+				"a Sidecar with rbac.clusterRules must select namespaces by labels that only administrators set (kubernetes.io/metadata.name, say)"))
+		}
+	}
+
 	// A container name another Sidecar adds would clash in any pod both select.
 	for i := range others {
 		other := &others[i]

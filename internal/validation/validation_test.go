@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 func sidecar(name string, containers ...string) v1alpha1.Sidecar {
@@ -40,8 +42,13 @@ func TestSidecar(t *testing.T) {
 			sc.Spec.Containers[0].Image = "{{ .Parameters.nope }}"
 			sc.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"bad key!": "x"}}
 		}, want: []string{`undefined parameter "nope"`, "namespaceSelector"}},
+		{name: "cluster rules in every namespace", mutate: func(sc *v1alpha1.Sidecar) {
+			sc.Spec.RBAC = &v1alpha1.SidecarRBAC{ClusterRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}}}
+			sc.Spec.NamespaceSelector = &metav1.LabelSelector{}
+		}, want: []string{"spec.namespaceSelector: Required value: a Sidecar with rbac.clusterRules"}},
 		{name: "rules without verbs", mutate: func(sc *v1alpha1.Sidecar) {
 			sc.Spec.RBAC = &v1alpha1.SidecarRBAC{ClusterRules: []rbacv1.PolicyRule{{Resources: []string{"nodes"}}}}
+			sc.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
 		}, want: []string{"spec.rbac.clusterRules[0].verbs: Required value"}},
 		{name: "container of another Sidecar", others: []v1alpha1.Sidecar{sidecar("other", "agent")},
 			want: []string{`also added by sidecar "other"`}},
@@ -70,37 +77,79 @@ func TestPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := func(status string, containers ...string) *corev1.Pod {
+	ring, err := signing.ParseRing(map[string][]byte{"k1700000000": bytes.Repeat([]byte{1}, signing.KeySize)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := func(status string, containers ...string) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
 		if status != "" {
 			p.Annotations = map[string]string{v1alpha1.AnnotationStatus: status}
 		}
 		for _, c := range containers {
-			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c})
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c, Image: c})
 		}
 		return p
 	}
-	const record = `{"sidecars":[{"name":"log","revision":"r1"}]}`
+	// injected is a pod the webhook injected, signed for ServiceAccount sa.
+	injected := func(sa string) *corev1.Pod {
+		p := plain("", "app")
+		p.Annotations = map[string]string{v1alpha1.AnnotationInject: "log"}
+		p.Spec.ServiceAccountName = sa
+		res, err := engine.Inject(p, "ns", inject.DefaultNamespaceLabels, ring)
+		if err != nil || res.Pod == nil {
+			t.Fatalf("inject: %v %+v", err, res)
+		}
+		return res.Pod
+	}
+	with := func(p *corev1.Pod, change func(*corev1.Pod)) *corev1.Pod {
+		p = p.DeepCopy()
+		change(p)
+		return p
+	}
+	good := injected("agent")
+	record := good.Annotations[v1alpha1.AnnotationStatus]
+	const unsigned = `{"sidecars":[{"name":"log","revision":"r1"}]}`
 	for _, tc := range []struct {
 		name     string
 		pod, old *corev1.Pod
+		noRing   bool
 		want     string
 	}{
-		{name: "injected", pod: pod(record, "app", "fluentd")},
-		{name: "no record", pod: pod("", "app")},
-		{name: "forged", pod: pod(record, "app"), want: `claims sidecar "log", but the pod has no container "fluentd"`},
-		{name: "unknown sidecar", pod: pod(`{"sidecars":[{"name":"gone","revision":"r"}]}`, "app")},
-		{name: "not JSON", pod: pod("{", "app"), want: "not valid injection status JSON"},
-		{name: "update keeps the record", pod: pod(record, "app", "fluentd"), old: pod(record, "app", "fluentd")},
-		{name: "update removes it", pod: pod("", "app", "fluentd"), old: pod(record, "app", "fluentd"), want: "cannot be removed or changed"},
-		{name: "update alters it", pod: pod(`{"sidecars":[{"name":"log","revision":"r2"}]}`, "app", "fluentd"), old: pod(record, "app", "fluentd"), want: "cannot be removed or changed"},
+		{name: "injected", pod: good},
+		{name: "no record", pod: plain("", "app")},
+		{name: "unsigned record with the container", pod: plain(unsigned, "app", "fluentd"), want: "not signed"},
+		{name: "record copied to another ServiceAccount", pod: with(good, func(p *corev1.Pod) { p.Spec.ServiceAccountName = "other" }), want: "signature does not match"},
+		{name: "record copied to another namespace", pod: with(good, func(p *corev1.Pod) { p.Namespace = "other" }), want: "signature does not match"},
+		{name: "record copied with another image", pod: with(good, func(p *corev1.Pod) { p.Spec.Containers[1].Image = "evil" }), want: "changed since injection"},
+		{name: "record copied without the container", pod: with(good, func(p *corev1.Pod) { p.Spec.Containers = p.Spec.Containers[:1] }), want: "lacks a container"},
+		{name: "unknown sidecar", pod: plain(`{"sidecars":[{"name":"gone","revision":"r"}]}`, "app"), want: `names sidecar "gone", which does not exist`},
+		{name: "not JSON", pod: plain("{", "app"), want: "not valid injection status JSON"},
+		{name: "no ring: forged", pod: plain(unsigned, "app"), noRing: true, want: `claims sidecar "log", but the pod has no container "fluentd"`},
+		{name: "no ring: present", pod: plain(unsigned, "app", "fluentd"), noRing: true},
+		{name: "update keeps the record", pod: with(good, func(p *corev1.Pod) { p.Labels = map[string]string{"x": "y"} }), old: good},
+		{name: "update of an unverified record is not judged again", pod: plain(unsigned, "app", "fluentd"), old: plain(unsigned, "app", "fluentd")},
+		{name: "update removes it", pod: plain("", "app", "fluentd"), old: good, want: "cannot be removed or changed"},
+		{name: "update adds one", pod: with(good, func(*corev1.Pod) {}), old: with(good, func(p *corev1.Pod) { delete(p.Annotations, v1alpha1.AnnotationStatus) }), want: "cannot be removed or changed"},
+		{name: "update alters it", pod: plain(unsigned, "app", "fluentd"), old: good, want: "cannot be removed or changed"},
+		{name: "update swaps the sidecar's image", pod: with(good, func(p *corev1.Pod) { p.Spec.Containers[1].Image = "evil" }), old: good,
+			want: `spec.containers[1]: Forbidden: container "fluentd" was injected by sidecar "log"`},
+		{name: "update of the app's image", pod: with(good, func(p *corev1.Pod) { p.Spec.Containers[0].Image = "app:2" }), old: good},
+		{name: "update with an old record that does not parse", pod: good, old: with(good, func(p *corev1.Pod) { p.Annotations[v1alpha1.AnnotationStatus] = "{" }), want: "stored injection record does not parse"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			msg := Message("Pod", "p", Pod(tc.pod, tc.old, engine))
-			errs := Pod(tc.pod, tc.old, engine)
+			r := ring
+			if tc.noRing {
+				r = nil
+			}
+			errs := Pod(tc.pod, tc.old, engine, r)
+			msg := Message("Pod", "p", errs)
 			if tc.want == "" && len(errs) > 0 || tc.want != "" && !strings.Contains(msg, tc.want) {
 				t.Fatalf("got %s, want %q", msg, tc.want)
 			}
 		})
+	}
+	if !strings.Contains(record, `"signature":"k1700000000.`) {
+		t.Fatalf("the webhook's record is not signed: %s", record)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 // MaxRequestBytes bounds a review: a pod may be up to the apiserver's 3 MiB
@@ -43,9 +44,27 @@ func (s *SwappableEngine) Engine() *inject.Engine { return s.p.Load() }
 // Store replaces the engine.
 func (s *SwappableEngine) Store(e *inject.Engine) { s.p.Store(e) }
 
+// KeySource returns the ring that signs and verifies injection records;
+// nil means not loaded yet.
+type KeySource interface {
+	Ring() *signing.Ring
+}
+
+// SwappableRing is a KeySource whose ring is replaced as the key Secret changes.
+type SwappableRing struct{ p atomic.Pointer[signing.Ring] }
+
+// Ring returns the current ring, or nil before the first Store.
+func (s *SwappableRing) Ring() *signing.Ring { return s.p.Load() }
+
+// Store replaces the ring.
+func (s *SwappableRing) Store(r *signing.Ring) { s.p.Store(r) }
+
 // Mutator serves the pod-injection endpoint.
 type Mutator struct {
-	Engines         EngineSource
+	Engines EngineSource
+	// Keys signs the records of each injection; nil (the standalone
+	// webhook, which grants nothing) leaves them unsigned.
+	Keys            KeySource
 	NamespaceLabels inject.NamespaceLabelsFunc
 	Log             logr.Logger
 	// Events, when set, receives an Event on the Sidecar for each injection,
@@ -103,6 +122,16 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	var signer inject.Signer
+	if m.Keys != nil {
+		ring := m.Keys.Ring()
+		if ring == nil {
+			http.Error(w, "the signing key is not loaded yet", http.StatusServiceUnavailable)
+			return
+		}
+		signer = ring
+	}
+
 	in := bufPool.Get().(*[]byte)
 	out := bufPool.Get().(*[]byte)
 	defer func() {
@@ -123,7 +152,7 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := review.Request
 	resp := response{apiVersion: review.APIVersion, uid: req.UID}
 	if req.Operation == "CREATE" && req.SubResource == "" {
-		res, err := engine.InjectView(&req.Object, req.Namespace, m.NamespaceLabels, inject.PodVolumesFromJSON(req.ObjectJSON), (*out)[:0])
+		res, err := engine.InjectView(&req.Object, req.Namespace, m.NamespaceLabels, inject.PodVolumesFromJSON(req.ObjectJSON), signer, (*out)[:0])
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

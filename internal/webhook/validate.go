@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"net/http"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 	"github.com/sidecar-operator/sidecar-operator/internal/validation"
 )
 
@@ -20,9 +23,15 @@ const (
 )
 
 // Validator serves the validating webhooks: Sidecars that cannot be injected
-// safely, and pods whose injection record is forged or tampered with.
+// safely or grant what their author does not hold, and pods whose injection
+// record is forged or tampered with.
 type Validator struct {
 	Engines EngineSource
+	// Keys verifies records; nil (the standalone webhook, which grants
+	// nothing) checks only that claimed containers exist.
+	Keys KeySource
+	// Authors, when set, judges what a Sidecar's author may grant.
+	Authors *authorship.Checker
 	// Sidecars lists the Sidecars a new one is judged against.
 	Sidecars        func(context.Context) ([]v1alpha1.Sidecar, error)
 	NamespaceLabels inject.NamespaceLabelsFunc
@@ -34,12 +43,14 @@ type review struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Request    *struct {
-		UID       string `json:"uid"`
-		Kind      groupVersionKind
-		Namespace string          `json:"namespace"`
-		Operation string          `json:"operation"`
-		Object    json.RawMessage `json:"object"`
-		OldObject json.RawMessage `json:"oldObject"`
+		UID         string `json:"uid"`
+		Kind        groupVersionKind
+		SubResource string                    `json:"subResource"`
+		Namespace   string                    `json:"namespace"`
+		Operation   string                    `json:"operation"`
+		UserInfo    authenticationv1.UserInfo `json:"userInfo"`
+		Object      json.RawMessage           `json:"object"`
+		OldObject   json.RawMessage           `json:"oldObject"`
 	} `json:"request"`
 }
 
@@ -94,8 +105,25 @@ func (v *Validator) ValidateSidecars(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "listing Sidecars: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	errs := validation.Sidecar(&sc, others)
+	if v.Authors != nil {
+		var old *v1alpha1.Sidecar
+		if rv.Request.Operation == "UPDATE" && len(rv.Request.OldObject) > 0 && string(rv.Request.OldObject) != "null" {
+			old = &v1alpha1.Sidecar{}
+			if err := json.Unmarshal(rv.Request.OldObject, old); err != nil {
+				http.Error(w, "request.oldObject is not a Sidecar: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+		}
+		authorErrs, err := v.Authors.Check(r.Context(), rv.Request.UserInfo, &sc, old)
+		if err != nil {
+			http.Error(w, "checking what the author holds: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		errs = append(errs, authorErrs...)
+	}
 	denial := ""
-	if errs := validation.Sidecar(&sc, others); len(errs) > 0 {
+	if len(errs) > 0 {
 		denial = validation.Message("Sidecar", sc.Name, errs)
 	}
 	answer(w, rv, denial)
@@ -113,7 +141,14 @@ func (v *Validator) ValidatePods(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "sidecar definitions are not loaded yet", http.StatusServiceUnavailable)
 		return
 	}
-	if labels, _ := v.NamespaceLabels(rv.Request.Namespace); labels[validation.LabelValidation] == "disabled" {
+	var ring *signing.Ring
+	if v.Keys != nil {
+		if ring = v.Keys.Ring(); ring == nil {
+			http.Error(w, "the signing key is not loaded yet", http.StatusServiceUnavailable)
+			return
+		}
+	}
+	if labels, _ := v.NamespaceLabels(rv.Request.Namespace); labels[v1alpha1.LabelValidation] == "disabled" {
 		answer(w, rv, "")
 		return
 	}
@@ -131,7 +166,7 @@ func (v *Validator) ValidatePods(w http.ResponseWriter, r *http.Request) {
 		oldPod = &old
 	}
 	denial := ""
-	if errs := validation.Pod(&pod, oldPod, engine); len(errs) > 0 {
+	if errs := validation.Pod(&pod, oldPod, engine, ring); len(errs) > 0 {
 		denial = validation.Message("Pod", podName(&pod), errs)
 	}
 	answer(w, rv, denial)

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 )
@@ -67,7 +68,7 @@ func forceRotation(t *testing.T, what string) {
 	if secret.Annotations == nil {
 		secret.Annotations = map[string]string{}
 	}
-	secret.Annotations[certrotation.AnnotationRotate] = what
+	secret.Annotations[v1alpha1.AnnotationRotate] = what
 	if err := k8s.Patch(context.Background(), secret, patch); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
 	"github.com/sidecar-operator/sidecar-operator/internal/operator"
 )
@@ -213,7 +214,7 @@ func TestTwoReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		patch := client.MergeFrom(s.DeepCopy())
-		s.Annotations = map[string]string{certrotation.AnnotationRotate: what}
+		s.Annotations = map[string]string{v1alpha1.AnnotationRotate: what}
 		if err := k8s.Patch(ctx, &s, patch); err != nil {
 			t.Fatal(err)
 		}

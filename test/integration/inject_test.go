@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 func examplePod(ns string) *corev1.Pod {
@@ -79,13 +81,39 @@ func TestExamplesInjectIntoStoredPod(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Name: "xxl-agent"}, &stored1); err != nil {
 		t.Fatal(err)
 	}
-	want := []v1alpha1.InjectionRecord{
-		{Name: "fluentd", Revision: inject.Revision(&examples["fluentd"].Spec)},
-		{Name: "xxl-agent", Revision: inject.Revision(&stored1.Spec)},
+	want := []string{
+		"fluentd@" + inject.Revision(&examples["fluentd"].Spec) + " [fluentd]",
+		"xxl-agent@" + inject.Revision(&stored1.Spec) + " [xxl-agent]",
 	}
-	if !slices.Equal(status.Sidecars, want) {
-		t.Fatalf("status %+v, want %+v", status.Sidecars, want)
+	var got []string
+	for _, r := range status.Sidecars {
+		got = append(got, fmt.Sprintf("%s@%s %v", r.Name, r.Revision, r.Containers))
 	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("status %v, want %v", got, want)
+	}
+	// The pod as stored, defaults applied by the apiserver, verifies with the
+	// operator's key: the digest covers nothing the apiserver changes.
+	ring := clusterRing(t)
+	for _, r := range status.Sidecars {
+		if err := ring.Verify(&stored, &r); err != nil {
+			t.Errorf("record of %s does not verify on the stored pod: %v", r.Name, err)
+		}
+	}
+}
+
+// clusterRing is the operator's signing key ring, read from its Secret.
+func clusterRing(t *testing.T) *signing.Ring {
+	t.Helper()
+	var s corev1.Secret
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: operator.DefaultSigningKeySecret}, &s); err != nil {
+		t.Fatal(err)
+	}
+	ring, err := signing.ParseRing(s.Data, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ring
 }
 
 // Server-side dry run returns the injected pod and stores nothing.

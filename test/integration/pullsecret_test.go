@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -21,27 +22,30 @@ func dockerConfig(auth string) map[string][]byte {
 
 func TestPullSecretIsCopiedWhereInjected(t *testing.T) {
 	ctx := context.Background()
-	registry := createNamespace(t, nil)
+	// Sources come from the namespaces of --pull-secret-namespaces: the
+	// operator's own by default.
+	registry, name := operatorNamespace, "regcred-"+rand.String(6)
 	source := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "regcred", Namespace: registry},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: registry},
 		Type:       corev1.SecretTypeDockerConfigJson,
 		Data:       dockerConfig("djE="),
 	}
 	if err := k8s.Create(ctx, source); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), source) })
 	sc := agentSidecar(nil)
-	sc.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: registry, Name: "regcred"}
+	sc.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: registry, Name: name}
 	applySidecar(t, sc)
 
 	ns, taken := createNamespace(t, nil), createNamespace(t, nil)
-	handMade := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "regcred", Namespace: taken}, Data: map[string][]byte{"mine": []byte("1")}}
+	handMade := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: taken}, Data: map[string][]byte{"mine": []byte("1")}}
 	if err := k8s.Create(ctx, handMade); err != nil {
 		t.Fatal(err)
 	}
 	pod := createPod(t, sc, ns, "")
 	createPod(t, sc, taken, "")
-	if len(pod.Spec.ImagePullSecrets) != 1 || pod.Spec.ImagePullSecrets[0].Name != "regcred" {
+	if len(pod.Spec.ImagePullSecrets) != 1 || pod.Spec.ImagePullSecrets[0].Name != name {
 		t.Fatalf("pod imagePullSecrets %v", pod.Spec.ImagePullSecrets)
 	}
 
@@ -49,13 +53,13 @@ func TestPullSecretIsCopiedWhereInjected(t *testing.T) {
 		t.Helper()
 		eventually(t, 20*time.Second, func() error {
 			var c corev1.Secret
-			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "regcred"}, &c); err != nil {
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
 				return err
 			}
 			if c.Type != corev1.SecretTypeDockerConfigJson || !bytes.Equal(c.Data[corev1.DockerConfigJsonKey], want[corev1.DockerConfigJsonKey]) {
 				return fmt.Errorf("copy has %s %q", c.Type, c.Data)
 			}
-			if c.Annotations[operator.AnnotationCopiedFrom] != registry+"/regcred" {
+			if c.Annotations[operator.AnnotationCopiedFrom] != registry+"/"+name {
 				return fmt.Errorf("copy annotations %v", c.Annotations)
 			}
 			return nil
@@ -82,7 +86,7 @@ func TestPullSecretIsCopiedWhereInjected(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, func() error {
 		var c corev1.Secret
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "regcred"}, &c); !isNotFound(err) {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c); !isNotFound(err) {
 			return fmt.Errorf("copy still there: %v", err)
 		}
 		return nil

@@ -174,8 +174,11 @@ func TestClusterRulesAreAnExplicitOptIn(t *testing.T) {
 	ctx := context.Background()
 	nodes := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}}
 	sc := agentSidecar(&v1alpha1.SidecarRBAC{ClusterRules: nodes})
+	// Cluster-wide grants need the namespaces scoped by an admin's label.
+	scope := map[string]string{"nodes.example.com/agents": sc.Name}
+	sc.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: scope}
 	applySidecar(t, sc)
-	ns1, ns2 := createNamespace(t, nil), createNamespace(t, nil)
+	ns1, ns2 := createNamespace(t, scope), createNamespace(t, scope)
 	createPod(t, sc, ns1, "alpha")
 	last := createPod(t, sc, ns2, "beta")
 

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
-	"github.com/sidecar-operator/sidecar-operator/internal/validation"
 )
 
 // TestSidecarValidationListsEveryProblem: what the schema can say it says
@@ -82,7 +81,7 @@ func TestForgedAndTamperedInjectionRecordsAreDenied(t *testing.T) {
 	}
 
 	// A namespace can turn enforcement off.
-	off := createNamespace(t, map[string]string{validation.LabelValidation: "disabled"})
+	off := createNamespace(t, map[string]string{v1alpha1.LabelValidation: "disabled"})
 	forged.Namespace = off
 	if err := k8s.Create(ctx, forged); err != nil {
 		t.Fatalf("forged record in a namespace with validation off: %v", err)

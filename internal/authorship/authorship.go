@@ -1,0 +1,206 @@
+// Package authorship owns the rule that a Sidecar's author may grant only
+// what they hold themselves, Kubernetes' own rule for Roles: each RBAC rule
+// and the pull secret's source are checked with SubjectAccessReviews as the
+// author. It also owns which Secrets may be copied as pull secrets.
+package authorship
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+// ReviewFunc answers one SubjectAccessReview.
+type ReviewFunc func(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (allowed bool, err error)
+
+// Checker judges a Sidecar's author.
+type Checker struct {
+	Review ReviewFunc
+	// PullSecrets is where pull secrets may come from.
+	PullSecrets PullSecretPolicy
+	// GetSecret reads a pull secret's source with the operator's own
+	// access; a nil Secret and nil error mean it does not exist (yet).
+	GetSecret func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+}
+
+var spec = field.NewPath("spec")
+
+// Check returns what the author of a created or updated Sidecar may not
+// grant. old is nil on CREATE; an UPDATE that keeps the spec (labels,
+// finalizers) is not judged, since it grants nothing new.
+func (c *Checker) Check(ctx context.Context, user authenticationv1.UserInfo, sc, old *v1alpha1.Sidecar) (field.ErrorList, error) {
+	if old != nil && equality.Semantic.DeepEqual(&sc.Spec, &old.Spec) {
+		return nil, nil
+	}
+	var errs field.ErrorList
+	if rbac := sc.Spec.RBAC; rbac != nil && (len(rbac.Rules) > 0 || len(rbac.ClusterRules) > 0) {
+		// Holding escalate on clusterroles lets one grant anything, as in Kubernetes.
+		escalate, err := c.Review(ctx, asUser(user, &authorizationv1.ResourceAttributes{
+			Group: rbacv1.GroupName, Resource: "clusterroles", Verb: "escalate",
+		}, nil))
+		if err != nil {
+			return nil, err
+		}
+		if !escalate {
+			for _, group := range []struct {
+				path  *field.Path
+				rules []rbacv1.PolicyRule
+			}{{spec.Child("rbac", "rules"), rbac.Rules}, {spec.Child("rbac", "clusterRules"), rbac.ClusterRules}} {
+				for i := range group.rules {
+					lacking, err := c.lacking(ctx, user, &group.rules[i])
+					if err != nil {
+						return nil, err
+					}
+					if len(lacking) > 0 {
+						errs = append(errs, field.Forbidden(group.path.Index(i), fmt.Sprintf(
+							"%s does not hold %s, and a Sidecar grants only what its author holds cluster-wide (or holds escalate on clusterroles)",
+							user.Username, strings.Join(lacking, ", "))))
+					}
+				}
+			}
+		}
+	}
+	if ref := sc.Spec.ImagePullSecret; ref != nil {
+		path := spec.Child("imagePullSecret")
+		if err := c.PullSecrets.AllowedNamespace(ref.Namespace); err != nil {
+			errs = append(errs, field.Forbidden(path.Child("namespace"), err.Error()))
+		}
+		allowed, err := c.Review(ctx, asUser(user, &authorizationv1.ResourceAttributes{
+			Namespace: ref.Namespace, Verb: "get", Resource: "secrets", Name: ref.Name,
+		}, nil))
+		if err != nil {
+			return nil, err
+		}
+		if !allowed {
+			errs = append(errs, field.Forbidden(path, fmt.Sprintf("%s may not get Secret %s/%s, so may not have it copied", user.Username, ref.Namespace, ref.Name)))
+		}
+		if c.GetSecret != nil {
+			src, err := c.GetSecret(ctx, ref.Namespace, ref.Name)
+			if err != nil {
+				return nil, err
+			}
+			if src != nil {
+				if err := CheckPullSecretType(src); err != nil {
+					errs = append(errs, field.Invalid(path, ref.Namespace+"/"+ref.Name, err.Error()))
+				}
+			}
+		}
+	}
+	return errs, nil
+}
+
+// lacking lists, as "verb resource" phrases, what of rule the user lacks.
+func (c *Checker) lacking(ctx context.Context, user authenticationv1.UserInfo, rule *rbacv1.PolicyRule) ([]string, error) {
+	var out []string
+	for _, attrs := range Attributes(rule) {
+		allowed, err := c.Review(ctx, asUser(user, attrs.Resource, attrs.NonResource))
+		if err != nil {
+			return nil, err
+		}
+		if !allowed {
+			out = append(out, attrs.String())
+		}
+	}
+	return out, nil
+}
+
+// Access is one request a rule allows, as a SubjectAccessReview asks it.
+type Access struct {
+	Resource    *authorizationv1.ResourceAttributes
+	NonResource *authorizationv1.NonResourceAttributes
+}
+
+func (a Access) String() string {
+	if a.NonResource != nil {
+		return a.NonResource.Verb + " " + a.NonResource.Path
+	}
+	r := a.Resource
+	s := r.Verb + " " + r.Resource
+	if r.Subresource != "" {
+		s += "/" + r.Subresource
+	}
+	if r.Group != "" {
+		s += "." + r.Group
+	}
+	if r.Name != "" {
+		s += " " + r.Name
+	}
+	return s
+}
+
+// Attributes expands a rule into every request it allows, cluster-wide.
+// Wildcards stay literal: a SubjectAccessReview for verb "*" is allowed only
+// to one who holds "*" itself, so a wildcard is checked as a wildcard.
+func Attributes(rule *rbacv1.PolicyRule) []Access {
+	var out []Access
+	names := rule.ResourceNames
+	if len(names) == 0 {
+		names = []string{""}
+	}
+	for _, group := range rule.APIGroups {
+		for _, resource := range rule.Resources {
+			res, sub, _ := strings.Cut(resource, "/")
+			for _, verb := range rule.Verbs {
+				for _, name := range names {
+					out = append(out, Access{Resource: &authorizationv1.ResourceAttributes{
+						Group: group, Resource: res, Subresource: sub, Verb: verb, Name: name,
+					}})
+				}
+			}
+		}
+	}
+	for _, path := range rule.NonResourceURLs {
+		for _, verb := range rule.Verbs {
+			out = append(out, Access{NonResource: &authorizationv1.NonResourceAttributes{Path: path, Verb: verb}})
+		}
+	}
+	return out
+}
+
+func asUser(user authenticationv1.UserInfo, res *authorizationv1.ResourceAttributes, nonRes *authorizationv1.NonResourceAttributes) authorizationv1.SubjectAccessReviewSpec {
+	s := authorizationv1.SubjectAccessReviewSpec{
+		User: user.Username, UID: user.UID, Groups: user.Groups,
+		ResourceAttributes: res, NonResourceAttributes: nonRes,
+	}
+	if len(user.Extra) > 0 {
+		s.Extra = make(map[string]authorizationv1.ExtraValue, len(user.Extra))
+		for k, v := range user.Extra {
+			s.Extra[k] = authorizationv1.ExtraValue(v)
+		}
+	}
+	return s
+}
+
+// PullSecretPolicy says which Secrets may be copied as pull secrets.
+type PullSecretPolicy struct {
+	// Namespaces may hold pull secret sources.
+	Namespaces []string
+}
+
+// AllowedNamespace refuses a source outside the allowed namespaces.
+func (p PullSecretPolicy) AllowedNamespace(namespace string) error {
+	if slices.Contains(p.Namespaces, namespace) {
+		return nil
+	}
+	return fmt.Errorf("pull secrets are copied only from namespaces %q (--pull-secret-namespaces), not from %q", p.Namespaces, namespace)
+}
+
+// CheckPullSecretType refuses a Secret that is not a registry credential:
+// anything else, such as a TLS key, must never be copied into tenants'
+// namespaces.
+func CheckPullSecretType(s *corev1.Secret) error {
+	if s.Type == corev1.SecretTypeDockerConfigJson || s.Type == corev1.SecretTypeDockercfg {
+		return nil
+	}
+	return fmt.Errorf("Secret of type %q: a pull secret must be of type %s or %s", s.Type, corev1.SecretTypeDockerConfigJson, corev1.SecretTypeDockercfg)
+}

@@ -1,0 +1,85 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
+)
+
+// grantGate decides which pods carry a Sidecar's grants (RBAC subjects,
+// pull secret copies): running pods whose record for it verifies, in
+// namespaces where pod validation guards that record. Pod creators control
+// everything else about a pod, so nothing else is trusted.
+type grantGate struct {
+	keys webhook.KeySource
+	// validated selects the namespaces where pods are validated.
+	validated labels.Selector
+	// namespaces reads namespace labels from the cache; live, on a miss,
+	// from the apiserver, since a pod may be seen before its namespace.
+	namespaces, live client.Reader
+}
+
+func newGrantGate(keys webhook.KeySource, namespaces, live client.Reader, excludeNamespaces ...string) (*grantGate, error) {
+	sel, err := metav1.LabelSelectorAsSelector(PodValidationNamespaces(excludeNamespaces...))
+	if err != nil {
+		return nil, err
+	}
+	return &grantGate{keys: keys, validated: sel, namespaces: namespaces, live: live}, nil
+}
+
+var errKeysNotLoaded = errors.New("the signing keys are not loaded yet")
+
+// notReady holds the controllers back until the keys are loaded: judged
+// without them, every record would fail and every grant be withdrawn.
+func (g *grantGate) notReady() (ctrl.Result, bool) {
+	if g.keys.Ring() == nil {
+		return ctrl.Result{RequeueAfter: time.Second}, true
+	}
+	return ctrl.Result{}, false
+}
+
+// verify checks one record of a pod: what fleet.Judge calls for each.
+func (g *grantGate) verify(pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error {
+	ring := g.keys.Ring()
+	if ring == nil {
+		return errKeysNotLoaded
+	}
+	return ring.Verify(pod, rec)
+}
+
+// grants reports whether the pod carries the grants of sidecar.
+func (g *grantGate) grants(ctx context.Context, pod *corev1.Pod, sidecar string) bool {
+	if fleet.Finished(pod) || !g.validates(ctx, pod.Namespace) {
+		return false
+	}
+	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
+		if rec.Name == sidecar {
+			return g.verify(pod, &rec) == nil
+		}
+	}
+	return false
+}
+
+// validates reports whether pods of the namespace are validated.
+func (g *grantGate) validates(ctx context.Context, namespace string) bool {
+	ns := namespaceMeta()
+	err := g.namespaces.Get(ctx, client.ObjectKey{Name: namespace}, ns)
+	if err != nil {
+		ns = namespaceMeta()
+		if g.live.Get(ctx, client.ObjectKey{Name: namespace}, ns) != nil {
+			return false
+		}
+	}
+	return ns.DeletionTimestamp.IsZero() && g.validated.Matches(labels.Set(ns.Labels))
+}

@@ -1,0 +1,268 @@
+// Package signing owns the proof that the webhook made an injection: the
+// HMAC key ring, the digest of what was injected into a pod's containers,
+// and the signature over each injection record, which binds it to the pod's
+// namespace and ServiceAccount. Grants follow only records that verify.
+package signing
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	encjson "encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+// keyPrefix starts every key's name in the key Secret: "k<unix seconds>",
+// the time the key was made.
+const keyPrefix = "k"
+
+// KeySize is the length of an HMAC key in bytes.
+const KeySize = 32
+
+// key is one HMAC-SHA256 key of the ring.
+type key struct {
+	id      string
+	created time.Time
+	secret  []byte
+}
+
+// Ring holds the keys that verify records; the newest key old enough to be
+// known to every replica signs. It is immutable.
+type Ring struct {
+	keys []key // oldest first
+	// activation is how long a new key waits before it signs, so that every
+	// replica has loaded it before any record it signs must be verified.
+	activation time.Duration
+}
+
+// NewKey returns the Secret data entry of a new key made at now.
+func NewKey(now time.Time) (name string, secret []byte, err error) {
+	secret = make([]byte, KeySize)
+	if _, err := rand.Read(secret); err != nil {
+		return "", nil, err
+	}
+	return keyPrefix + strconv.FormatInt(now.Unix(), 10), secret, nil
+}
+
+// ParseRing reads the key Secret's data. Every entry must be a key named as
+// NewKey names them.
+func ParseRing(data map[string][]byte, activation time.Duration) (*Ring, error) {
+	r := &Ring{activation: activation}
+	for name, secret := range data {
+		unix, err := strconv.ParseInt(strings.TrimPrefix(name, keyPrefix), 10, 64)
+		if !strings.HasPrefix(name, keyPrefix) || err != nil {
+			return nil, fmt.Errorf("key %q: want k<unix seconds>", name)
+		}
+		if len(secret) < KeySize {
+			return nil, fmt.Errorf("key %q: %d bytes, want at least %d", name, len(secret), KeySize)
+		}
+		r.keys = append(r.keys, key{id: name, created: time.Unix(unix, 0), secret: secret})
+	}
+	if len(r.keys) == 0 {
+		return nil, errors.New("no signing key")
+	}
+	slices.SortFunc(r.keys, func(a, b key) int { return a.created.Compare(b.created) })
+	return r, nil
+}
+
+// KeyIDs lists the keys, oldest first.
+func (r *Ring) KeyIDs() []string {
+	out := make([]string, len(r.keys))
+	for i, k := range r.keys {
+		out[i] = k.id
+	}
+	return out
+}
+
+// signer is the newest key past its activation delay, else the oldest: a
+// ring's first key signs at once, since no record can predate it.
+func (r *Ring) signer(now time.Time) *key {
+	for i := len(r.keys) - 1; i >= 0; i-- {
+		if !now.Before(r.keys[i].created.Add(r.activation)) {
+			return &r.keys[i]
+		}
+	}
+	return &r.keys[0]
+}
+
+// ServiceAccount is the ServiceAccount a pod runs as: the apiserver's
+// default when the pod names none.
+func ServiceAccount(name string) string {
+	if name == "" {
+		return "default"
+	}
+	return name
+}
+
+// message is what a signature covers. Every part is a DNS name, a hex or
+// base64url string, or a list of DNS labels, so newlines and commas
+// separate them unambiguously.
+func message(namespace, serviceAccount string, rec *v1alpha1.InjectionRecord) []byte {
+	var b strings.Builder
+	for _, part := range []string{"sidecar-operator.io/v1", namespace, ServiceAccount(serviceAccount), rec.Name, rec.Revision, strings.Join(rec.Containers, ","), rec.Digest} {
+		b.WriteString(part)
+		b.WriteByte('\n')
+	}
+	return []byte(b.String())
+}
+
+func mac(secret, msg []byte) []byte {
+	h := hmac.New(sha256.New, secret)
+	h.Write(msg)
+	return h.Sum(nil)
+}
+
+// Sign sets rec.Signature for a pod of namespace running as serviceAccount.
+// rec.Containers and rec.Digest must already say what was injected.
+func (r *Ring) Sign(namespace, serviceAccount string, rec *v1alpha1.InjectionRecord) {
+	k := r.signer(time.Now())
+	rec.Signature = k.id + "." + base64.RawURLEncoding.EncodeToString(mac(k.secret, message(namespace, serviceAccount, rec)))
+}
+
+// Errors of Verify, for reasons and metrics.
+var (
+	ErrUnsigned       = errors.New("the record is not signed")
+	ErrUnknownKey     = errors.New("the record is signed with a key the operator does not hold")
+	ErrBadSignature   = errors.New("the signature does not match: the record was forged, altered, or copied from a pod of another namespace or ServiceAccount")
+	ErrContainers     = errors.New("the pod lacks a container the record claims")
+	ErrContentChanged = errors.New("the injected containers changed since injection")
+)
+
+// Verify checks that rec was signed by a key of the ring for this pod, and
+// that the pod's containers are still what was injected.
+func (r *Ring) Verify(pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error {
+	if err := r.VerifySignature(pod.Namespace, pod.Spec.ServiceAccountName, rec); err != nil {
+		return err
+	}
+	containers, err := InjectedContainers(pod, rec.Containers)
+	if err != nil {
+		return err
+	}
+	if Digest(containers) != rec.Digest {
+		return ErrContentChanged
+	}
+	return nil
+}
+
+// VerifySignature checks only the signature, not the pod's containers.
+func (r *Ring) VerifySignature(namespace, serviceAccount string, rec *v1alpha1.InjectionRecord) error {
+	if rec.Signature == "" {
+		return ErrUnsigned
+	}
+	id, sig, ok := strings.Cut(rec.Signature, ".")
+	if !ok {
+		return ErrBadSignature
+	}
+	i := slices.IndexFunc(r.keys, func(k key) bool { return k.id == id })
+	if i < 0 {
+		return fmt.Errorf("%w (%s)", ErrUnknownKey, id)
+	}
+	got, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil || !hmac.Equal(got, mac(r.keys[i].secret, message(namespace, serviceAccount, rec))) {
+		return ErrBadSignature
+	}
+	return nil
+}
+
+// InjectedContainers returns the pod's containers (init containers first)
+// of the given names, in that order.
+func InjectedContainers(pod *corev1.Pod, names []string) ([]corev1.Container, error) {
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%w: it names none", ErrContainers)
+	}
+	out := make([]corev1.Container, 0, len(names))
+	for _, name := range names {
+		c := Container(pod, name)
+		if c == nil {
+			return nil, fmt.Errorf("%w: %q", ErrContainers, name)
+		}
+		out = append(out, *c)
+	}
+	return out, nil
+}
+
+// Container returns the pod's container or init container of that name.
+func Container(pod *corev1.Pod, name string) *corev1.Container {
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
+		}
+	}
+	return nil
+}
+
+// content is what the digest covers of a container: what decides what the
+// container runs and can reach. Fields the apiserver defaults
+// (imagePullPolicy, terminationMessagePath) or a resize changes are left out.
+type content struct {
+	Name            string                  `json:"name"`
+	Image           string                  `json:"image,omitempty"`
+	Command         []string                `json:"command,omitempty"`
+	Args            []string                `json:"args,omitempty"`
+	Env             []corev1.EnvVar         `json:"env,omitempty"`
+	EnvFrom         []corev1.EnvFromSource  `json:"envFrom,omitempty"`
+	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
+	VolumeMounts    []corev1.VolumeMount    `json:"volumeMounts,omitempty"`
+}
+
+// Covered returns the part of a container that Digest covers, sharing its
+// slices: what a cache must keep of injected containers to verify them.
+func Covered(c *corev1.Container) corev1.Container {
+	return corev1.Container{
+		Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args,
+		Env: c.Env, EnvFrom: c.EnvFrom, SecurityContext: c.SecurityContext, VolumeMounts: c.VolumeMounts,
+	}
+}
+
+// Digest hashes what decides what the containers run, in order.
+func Digest(containers []corev1.Container) string {
+	list := make([]content, len(containers))
+	for i := range containers {
+		c := Covered(&containers[i])
+		list[i] = content{
+			Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args,
+			Env: defaultedEnv(c.Env), EnvFrom: c.EnvFrom, SecurityContext: c.SecurityContext, VolumeMounts: c.VolumeMounts,
+		}
+	}
+	raw, err := encjson.Marshal(list)
+	if err != nil {
+		panic(err) // these types always marshal
+	}
+	sum := sha256.Sum256(raw)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// defaultedEnv applies the apiserver's one default within env, so that the
+// container as injected and as stored hash alike: a fieldRef's apiVersion
+// is "v1" when unset.
+func defaultedEnv(env []corev1.EnvVar) []corev1.EnvVar {
+	i := slices.IndexFunc(env, func(e corev1.EnvVar) bool {
+		return e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.APIVersion == ""
+	})
+	if i < 0 {
+		return env
+	}
+	out := slices.Clone(env)
+	for j := i; j < len(out); j++ {
+		if vf := out[j].ValueFrom; vf != nil && vf.FieldRef != nil && vf.FieldRef.APIVersion == "" {
+			ref := *vf.FieldRef
+			ref.APIVersion = "v1"
+			from := *vf
+			from.FieldRef = &ref
+			out[j].ValueFrom = &from
+		}
+	}
+	return out
+}
