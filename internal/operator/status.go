@@ -81,7 +81,8 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		sc := &sidecars.Items[i]
 		counts[sc.Name] = fleet.NewCounts()
 		revisions[sc.Name] = inject.Revision(&sc.Spec)
-		if rev, ok := engine.Revision(sc.Name); ok && rev != revisions[sc.Name] {
+		rev, ok := engine.Revision(sc.Name)
+		if ok && rev != revisions[sc.Name] || !ok && compiles(sc) {
 			engineStale = true // the engine controller has not caught up yet
 		}
 	}
@@ -167,6 +168,12 @@ func (r *statusReconciler) writeStatus(ctx context.Context, engine *inject.Engin
 		return err
 	}
 	return client.IgnoreNotFound(r.client.Status().Patch(ctx, sc, client.RawPatch(types.MergePatchType, patch)))
+}
+
+// compiles reports whether the engine can take a Sidecar it does not hold yet.
+func compiles(sc *v1alpha1.Sidecar) bool {
+	_, err := inject.New([]v1alpha1.Sidecar{*sc})
+	return err == nil
 }
 
 // compileError says why the engine left a Sidecar out.

@@ -16,6 +16,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -126,6 +127,7 @@ func TestTwoReplicas(t *testing.T) {
 		_ = k8s.Delete(context.Background(), &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
 		_ = k8s.Delete(context.Background(), &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
 	})
+	shareSigningKey(t, namespace)
 	lb := startFront(t, addrs...)
 	replicas := make([]*replica, 2)
 	for i := range replicas {
@@ -281,4 +283,27 @@ func TestTwoReplicas(t *testing.T) {
 		t.Fatalf("%d creates, %d failed: %v", created, failed.Load(), msgs)
 	}
 	t.Logf("%d pods created, all injected; leadership handed over in %s; %d creates cut by the dying replica's connections", created, handover.Round(time.Millisecond), cut.Load())
+}
+
+// shareSigningKey gives a second install in namespace the suite operator's
+// signing key: both validate every pod, so each must verify what the other
+// signs, as replicas of one install do.
+func shareSigningKey(t *testing.T, namespace string) {
+	t.Helper()
+	ctx := context.Background()
+	var main corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operator.DefaultSigningKeySecret}, &main); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	shared := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: main.Name, Labels: main.Labels},
+		Type:       main.Type,
+		Data:       main.Data,
+	}
+	if err := k8s.Create(ctx, shared); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 }

@@ -65,7 +65,7 @@ func TestForgedAndTamperedInjectionRecordsAreDenied(t *testing.T) {
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	}
 	err := k8s.Create(ctx, forged)
-	if err == nil || !strings.Contains(err.Error(), `claims sidecar "fluentd", but the pod has no container "fluentd"`) {
+	if err == nil || !strings.Contains(err.Error(), `the record of sidecar "fluentd" was not made by the webhook for this pod: the record is not signed`) {
 		t.Fatalf("a forged injection record: %v", err)
 	}
 
@@ -80,7 +80,7 @@ func TestForgedAndTamperedInjectionRecordsAreDenied(t *testing.T) {
 		t.Fatalf("removing the injection record: %v", err)
 	}
 
-	// A namespace can turn enforcement off.
+	// A namespace can turn enforcement off (and gets no grants).
 	off := createNamespace(t, map[string]string{v1alpha1.LabelValidation: "disabled"})
 	forged.Namespace = off
 	if err := k8s.Create(ctx, forged); err != nil {
