@@ -35,9 +35,6 @@ const (
 	authorUser        = "author"
 	authorSecretsUser = "author-secrets"
 	attackerImage     = "attacker/image"
-	// labelValidation is v1alpha1.LabelValidation, spelt out so that this file
-	// builds on either side of that constant's move.
-	labelValidation = v1alpha1.LabelValidation
 )
 
 var authenticated = []string{"system:authenticated"}
@@ -506,14 +503,14 @@ func TestAttackForgedRecordInExcludedNamespace(t *testing.T) {
 	ctx := context.Background()
 	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
 	applyServed(t, sc)
-	ns, tenantClient := tenant(t, map[string]string{labelValidation: "disabled"})
+	ns, tenantClient := tenant(t, map[string]string{v1alpha1.LabelValidation: "disabled"})
 
 	forged := forgedPod(t, ns, sc.Name, sc.Spec.Containers[0].Name, currentRevision(t, sc))
 	if err := tenantClient.Create(ctx, forged); err != nil {
 		t.Logf("secure: the forged pod was denied even with validation off: %v", err)
 		return
 	}
-	t.Logf("the tenant created forged pod %s/%s in a namespace with %s=disabled", ns, forged.Name, labelValidation)
+	t.Logf("the tenant created forged pod %s/%s in a namespace with %s=disabled", ns, forged.Name, v1alpha1.LabelValidation)
 	barrier(t, sc)
 	assertNoGrant(t, sc, ns, "tenant's forged pod in a namespace with validation disabled")
 }
