@@ -19,9 +19,12 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
 )
 
-// Copying pull secrets needs secrets in every namespace with injected pods;
-// the cache holds only the copies, sources are read directly.
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
+// Copies are written in every namespace with injected pods, and cached (a
+// label-filtered watch, which RBAC cannot narrow by label). Sources are read
+// live, only where --pull-secret-namespaces allows: get is granted by a Role
+// in the operator's namespace, the default; other namespaces need their own.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",namespace=sidecar-operator-system,resources=secrets,verbs=get
 
 const (
 	// LabelPullSecretCopy marks the Secrets the operator copied.

@@ -16,8 +16,11 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;create;update
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
+// The configurations are created if missing (RBAC cannot scope create by
+// name) and updated only by name; --webhook-config-name needs this changed.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sidecar-operator-system,resources=leases,verbs=get;create;update
 
 // LabelWebhook on a namespace set to "disabled" keeps the webhook out of it.
 const LabelWebhook = "sidecar-operator.io/webhook"

@@ -66,7 +66,7 @@ func TestManifestsInstall(t *testing.T) {
 		}
 	}
 	want := map[string]int{"ClusterRole": 2} // the operator's, and sidecar-operator-viewer for its admin port
-	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "PodDisruptionBudget", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "CustomResourceDefinition"} {
+	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "PodDisruptionBudget", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "CustomResourceDefinition"} {
 		if n := max(want[kind], 1); kinds[kind] != n {
 			t.Errorf("%d %s objects in the install, want %d", kinds[kind], kind, n)
 		}
