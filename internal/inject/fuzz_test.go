@@ -1,7 +1,12 @@
 package inject
 
 import (
+	encjson "encoding/json"
+	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
 
 // FuzzInjectJSON checks, for any pod JSON the apiserver would accept, that the
@@ -22,5 +27,39 @@ func FuzzInjectJSON(f *testing.F) {
 			t.Fatalf("the apiserver decodes this pod, the engine does not: %v", err)
 		}
 		checkBothPaths(t, e, raw, "fuzz")
+	})
+}
+
+// FuzzAppendRecord checks the hand-written record writer against
+// encoding/json: what it writes decodes to the record it was given, with
+// invalid UTF-8 replaced as encoding/json replaces it.
+func FuzzAppendRecord(f *testing.F) {
+	f.Add("fluentd", "deb2fc0052937f2c", "fluentd", "wesSrEHW", "k1700000000.1T2a")
+	f.Add("a\"b\\c", "<&>\u2028", "x\xff", "", "")
+	f.Fuzz(func(t *testing.T, name, revision, container, digest, signature string) {
+		rec := v1alpha1.InjectionRecord{Name: name, Revision: revision, Digest: digest, Signature: signature}
+		if container != "" {
+			rec.Containers = []string{container, container + "-2"}
+		}
+		raw := appendRecord(nil, &rec)
+		var got v1alpha1.InjectionRecord
+		if err := encjson.Unmarshal(raw, &got); err != nil {
+			t.Fatalf("%s does not decode: %v", raw, err)
+		}
+		want := rec
+		valid := func(s string) string { // each invalid byte becomes U+FFFD, as encoding/json does
+			var b strings.Builder
+			for _, r := range s {
+				b.WriteRune(r) // ranging over a string yields U+FFFD per invalid byte
+			}
+			return b.String()
+		}
+		want.Name, want.Revision, want.Digest, want.Signature = valid(name), valid(revision), valid(digest), valid(signature)
+		for i := range want.Containers {
+			want.Containers[i] = valid(want.Containers[i])
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("wrote %s, which decodes to %+v, want %+v", raw, got, want)
+		}
 	})
 }

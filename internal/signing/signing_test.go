@@ -1,0 +1,140 @@
+package signing
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+func secretOf(b byte) []byte { return bytes.Repeat([]byte{b}, KeySize) }
+
+func ring(t *testing.T, data map[string][]byte, activation time.Duration) *Ring {
+	t.Helper()
+	r, err := ParseRing(data, activation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// signedPod is a pod of ns/sa with an injected container, and its record.
+func signedPod(t *testing.T, r *Ring) (*corev1.Pod, *v1alpha1.InjectionRecord) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "agent",
+			Containers: []corev1.Container{
+				{Name: "app", Image: "app"},
+				{Name: "agent", Image: "agent:1", Env: []corev1.EnvVar{{Name: "NS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+			},
+		},
+	}
+	rec := &v1alpha1.InjectionRecord{Name: "agent", Revision: "r1", Containers: []string{"agent"}}
+	rec.Digest = Digest([]corev1.Container{pod.Spec.Containers[1]})
+	r.Sign("ns", "agent", rec)
+	return pod, rec
+}
+
+func TestVerify(t *testing.T) {
+	r := ring(t, map[string][]byte{"k1000": secretOf(1)}, 0)
+	for _, tc := range []struct {
+		name   string
+		change func(*corev1.Pod, *v1alpha1.InjectionRecord)
+		want   error
+	}{
+		{name: "as signed", change: func(*corev1.Pod, *v1alpha1.InjectionRecord) {}},
+		{name: "the apiserver defaults a fieldRef's apiVersion", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].Env[0].ValueFrom.FieldRef.APIVersion = "v1"
+			p.Spec.Containers[1].ImagePullPolicy = corev1.PullIfNotPresent
+			p.Spec.Containers[1].TerminationMessagePath = "/dev/termination-log"
+		}},
+		{name: "unsigned", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Signature = "" }, want: ErrUnsigned},
+		{name: "another namespace", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Namespace = "other" }, want: ErrBadSignature},
+		{name: "another ServiceAccount", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.ServiceAccountName = "" }, want: ErrBadSignature},
+		{name: "another revision", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Revision = "r2" }, want: ErrBadSignature},
+		{name: "another sidecar", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Name = "other" }, want: ErrBadSignature},
+		{name: "claims the app container too", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Containers = []string{"agent", "app"} }, want: ErrBadSignature},
+		{name: "a digest of other content", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Digest = Digest(nil) }, want: ErrBadSignature},
+		{name: "image swapped", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].Image = "evil" }, want: ErrContentChanged},
+		{name: "args added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].Args = []string{"-x"} }, want: ErrContentChanged},
+		{name: "privileged", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		}, want: ErrContentChanged},
+		{name: "container gone", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers = p.Spec.Containers[:1] }, want: ErrContainers},
+		{name: "an unknown key", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) {
+			r.Signature = "k2000" + r.Signature[strings.Index(r.Signature, "."):]
+		}, want: ErrUnknownKey},
+		{name: "garbage", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Signature = "k1000.!!" }, want: ErrBadSignature},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod, rec := signedPod(t, r)
+			tc.change(pod, rec)
+			err := r.Verify(pod, rec)
+			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRotation(t *testing.T) {
+	old, now := time.Now().Add(-time.Hour), time.Now()
+	oldName, newName := "k"+itoa(old.Unix()), "k"+itoa(now.Unix())
+	before := ring(t, map[string][]byte{oldName: secretOf(1)}, time.Minute)
+	_, signedBefore := signedPod(t, before)
+
+	after := ring(t, map[string][]byte{oldName: secretOf(1), newName: secretOf(2)}, time.Minute)
+	pod, rec := signedPod(t, after)
+	if !strings.HasPrefix(rec.Signature, oldName+".") {
+		t.Fatalf("a key younger than its activation delay signed: %s", rec.Signature)
+	}
+	if err := after.Verify(pod, signedBefore); err != nil {
+		t.Fatalf("a record of the old key no longer verifies: %v", err)
+	}
+	active := ring(t, map[string][]byte{oldName: secretOf(1), newName: secretOf(2)}, 0)
+	pod, rec = signedPod(t, active)
+	if !strings.HasPrefix(rec.Signature, newName+".") {
+		t.Fatalf("the active new key does not sign: %s", rec.Signature)
+	}
+	if err := before.Verify(pod, rec); !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("a ring without the new key: %v", err)
+	}
+	revoked := ring(t, map[string][]byte{newName: secretOf(2)}, 0)
+	if err := revoked.Verify(pod, signedBefore); !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("a deleted key still verifies: %v", err)
+	}
+}
+
+func TestParseRing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		data map[string][]byte
+		want string
+	}{
+		{name: "empty", want: "no signing key"},
+		{name: "a foreign entry", data: map[string][]byte{"tls.key": secretOf(1)}, want: `key "tls.key": want k<unix seconds>`},
+		{name: "a short key", data: map[string][]byte{"k1": []byte("short")}, want: "5 bytes, want at least 32"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := ParseRing(tc.data, 0); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+	name, secret, err := NewKey(time.Unix(1234, 0))
+	if err != nil || name != "k1234" || len(secret) != KeySize || bytes.Equal(secret, make([]byte, KeySize)) {
+		t.Fatalf("NewKey: %q %x %v", name, secret, err)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
