@@ -17,6 +17,7 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -513,6 +514,26 @@ func TestAttackForgedRecordInExcludedNamespace(t *testing.T) {
 	t.Logf("the tenant created forged pod %s/%s in a namespace with %s=disabled", ns, forged.Name, v1alpha1.LabelValidation)
 	barrier(t, sc)
 	assertNoGrant(t, sc, ns, "tenant's forged pod in a namespace with validation disabled")
+
+	// The forged pod is visible, never silently "injected".
+	eventually(t, 20*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sc), sc); err != nil {
+			return err
+		}
+		if sc.Status.UnverifiedPods != 1 || sc.Status.InjectedPods != 1 {
+			return fmt.Errorf("status counts %d unverified, %d injected; want 1 each (the forged pod, the barrier's)", sc.Status.UnverifiedPods, sc.Status.InjectedPods)
+		}
+		var events eventsv1.EventList
+		if err := k8s.List(ctx, &events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == operator.ReasonInjectionUnverified && e.Regarding.Name == forged.Name && strings.Contains(e.Note, "the record is not signed") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s Event on pod %s/%s", operator.ReasonInjectionUnverified, ns, forged.Name)
+	})
 }
 
 // authorCreate creates sc as the given client; on success it is deleted
