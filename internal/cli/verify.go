@@ -154,7 +154,7 @@ Exit status 0 when every --sidecar would be injected, 1 otherwise.`,
 	f.StringSliceVar(&o.sidecars, "sidecar", nil, "Sidecar the pod should get (repeatable, or comma-separated)")
 	f.StringToStringVar(&o.labels, "label", nil, "label of the test pod, key=value (repeatable)")
 	f.StringToStringVar(&o.annotations, "annotation", nil, "annotation of the test pod, key=value (repeatable): parameters, activation")
-	f.BoolVar(&o.optIn, "opt-in", true, "annotate the pod with sidecar-operator.io/inject naming the --sidecar Sidecars")
+	f.BoolVar(&o.optIn, "opt-in", true, "annotate the pod with sidecar-operator.io/inject naming the --sidecar Sidecars (with its activation annotation, for a Sidecar that refuses requests by name)")
 	f.StringVar(&o.image, "image", "registry.k8s.io/pause:3.10", "image of the test pod's container")
 	f.BoolVar(&o.workload, "workload", false, "create a real Deployment and Service instead of a dry-run pod, then delete them")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long --workload waits for its pod")
@@ -185,8 +185,10 @@ func (w *warningCollector) take() []string {
 	return out
 }
 
-// template is the test pod: what a pod of the user's would carry.
-func (o *verifyOptions) template(name string) corev1.PodTemplateSpec {
+// template is the test pod: what a pod of the user's would carry. To opt
+// in it names each Sidecar, or, for one that may not be requested by name,
+// sets its activation annotation.
+func (o *verifyOptions) template(name string, sidecars []v1alpha1.Sidecar) corev1.PodTemplateSpec {
 	labels := map[string]string{LabelVerify: name}
 	for k, v := range o.labels {
 		labels[k] = v
@@ -196,7 +198,18 @@ func (o *verifyOptions) template(name string) corev1.PodTemplateSpec {
 		annotations[k] = v
 	}
 	if o.optIn {
-		annotations[v1alpha1.AnnotationInject] = strings.Join(o.sidecars, ",")
+		var byName []string
+		for _, name := range o.sidecars {
+			i := slices.IndexFunc(sidecars, func(s v1alpha1.Sidecar) bool { return s.Name == name })
+			if i >= 0 && !sidecars[i].Spec.RequestByNameAllowed() && sidecars[i].Spec.Activation != nil {
+				annotations[sidecars[i].Spec.Activation.Annotation] = "true"
+				continue
+			}
+			byName = append(byName, name)
+		}
+		if len(byName) > 0 {
+			annotations[v1alpha1.AnnotationInject] = strings.Join(byName, ",")
+		}
 	}
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
@@ -213,7 +226,7 @@ func (o *verifyOptions) run(ctx context.Context, c client.Client, warnings *warn
 		return nil, err
 	}
 	name := "sidecar-operator-verify-" + rand.String(5)
-	tmpl := o.template(name)
+	tmpl := o.template(name, snap.Sidecars)
 	report := &VerifyReport{Namespace: o.namespace, Mode: "dry-run"}
 
 	var stored *corev1.Pod
