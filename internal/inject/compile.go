@@ -41,6 +41,7 @@ type compiledSidecar struct {
 	containerNames []string
 	// staticDigest is the digest of the containers when no template is in them.
 	staticDigest  string
+	digests       digestMemo
 	volumes       [][]byte
 	volumeNames   []string
 	appMounts     []corev1.VolumeMount
@@ -51,8 +52,8 @@ type compiledSidecar struct {
 type renderedContainer struct {
 	name string
 	json *jsonTemplate
-	// static is the container when it has no template, as the pod gets it.
-	static *corev1.Container
+	// static is what the digest covers of the container, when it has no template.
+	static *signing.Content
 }
 
 // Revision returns the hash of a Sidecar's spec recorded in the status
@@ -127,7 +128,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		}
 		rc := renderedContainer{name: ct.Name, json: jt}
 		if len(jt.holes) == 0 {
-			rc.static = &corev1.Container{}
+			rc.static = &signing.Content{}
 			if err := encjson.Unmarshal(jt.static[0], rc.static); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", field, err))
 				return
@@ -151,7 +152,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 	}
 
 	static := true
-	var statics []corev1.Container
+	var statics []signing.Content
 	for _, rc := range slices.Concat(c.initContainers, c.containers) {
 		c.containerNames = append(c.containerNames, rc.name)
 		if rc.static == nil {
@@ -161,7 +162,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		}
 	}
 	if static {
-		c.staticDigest = signing.Digest(statics)
+		c.staticDigest = signing.DigestContents(statics)
 	}
 
 	volumes := map[string]bool{}

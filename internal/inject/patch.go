@@ -1,11 +1,13 @@
 package inject
 
 import (
+	"bytes"
+	"crypto/sha256"
 	encjson "encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 	corev1 "k8s.io/api/core/v1"
@@ -316,29 +318,63 @@ func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
 }
 
 // digest is the digest of what the selection injects, rendering its
-// templated containers for this pod.
+// templated containers for this pod. Reading the rendering back costs more
+// than the rest of an injection, and the pods of one workload render alike,
+// so digests are remembered by a hash of the rendering.
 func (s *selection) digest() (string, error) {
 	if s.sc.staticDigest != "" {
 		return s.sc.staticDigest, nil
 	}
-	var containers []corev1.Container
-	var scratch []byte
-	for _, c := range slices.Concat(s.sc.initContainers, s.sc.containers) {
-		if c.static != nil {
-			containers = append(containers, *c.static)
-			continue
+	var rendered []byte
+	for _, list := range [2][]renderedContainer{s.sc.initContainers, s.sc.containers} {
+		for _, c := range list {
+			var err error
+			if rendered, err = s.appendContainer(append(rendered, '\n'), c); err != nil {
+				return "", err
+			}
 		}
-		var err error
-		if scratch, err = s.appendContainer(scratch[:0], c); err != nil {
-			return "", err
-		}
-		var ct corev1.Container
-		if err := encjson.Unmarshal(scratch, &ct); err != nil {
-			return "", err
-		}
-		containers = append(containers, ct)
 	}
-	return signing.Digest(containers), nil
+	key := sha256.Sum256(rendered)
+	if d, ok := s.sc.digests.get(key); ok {
+		return d, nil
+	}
+	list := make([]signing.Content, 0, len(s.sc.containerNames))
+	dec := encjson.NewDecoder(bytes.NewReader(rendered))
+	for range s.sc.containerNames {
+		var ct signing.Content
+		if err := dec.Decode(&ct); err != nil {
+			return "", err
+		}
+		list = append(list, ct)
+	}
+	d := signing.DigestContents(list)
+	s.sc.digests.put(key, d)
+	return d, nil
+}
+
+// digestMemo remembers the digests of recent renderings of one Sidecar.
+type digestMemo struct {
+	mu sync.Mutex
+	m  map[[sha256.Size]byte]string
+}
+
+// maxDigests bounds a memo: past it, the memo starts over.
+const maxDigests = 4096
+
+func (m *digestMemo) get(key [sha256.Size]byte) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.m[key]
+	return d, ok
+}
+
+func (m *digestMemo) put(key [sha256.Size]byte, digest string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil || len(m.m) >= maxDigests {
+		m.m = make(map[[sha256.Size]byte]string)
+	}
+	m.m[key] = digest
 }
 
 // appendContainer renders one container of the selection as JSON.

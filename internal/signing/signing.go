@@ -12,9 +12,11 @@ import (
 	encjson "encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +36,23 @@ type key struct {
 	id      string
 	created time.Time
 	secret  []byte
+	// macs holds reusable HMAC states of secret: a new one costs allocations
+	// on the webhook's path.
+	macs *sync.Pool
+}
+
+func newKey(id string, created time.Time, secret []byte) key {
+	return key{id: id, created: created, secret: secret, macs: &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}}
+}
+
+// mac appends the HMAC of msg under k to dst.
+func (k *key) mac(dst, msg []byte) []byte {
+	h := k.macs.Get().(hash.Hash)
+	h.Reset()
+	h.Write(msg)
+	dst = h.Sum(dst)
+	k.macs.Put(h)
+	return dst
 }
 
 // Ring holds the keys that verify records; the newest key old enough to be
@@ -66,7 +85,7 @@ func ParseRing(data map[string][]byte, activation time.Duration) (*Ring, error) 
 		if len(secret) < KeySize {
 			return nil, fmt.Errorf("key %q: %d bytes, want at least %d", name, len(secret), KeySize)
 		}
-		r.keys = append(r.keys, key{id: name, created: time.Unix(unix, 0), secret: secret})
+		r.keys = append(r.keys, newKey(name, time.Unix(unix, 0), secret))
 	}
 	if len(r.keys) == 0 {
 		return nil, errors.New("no signing key")
@@ -104,29 +123,33 @@ func ServiceAccount(name string) string {
 	return name
 }
 
-// message is what a signature covers. Every part is a DNS name, a hex or
-// base64url string, or a list of DNS labels, so newlines and commas
-// separate them unambiguously.
-func message(namespace, serviceAccount string, rec *v1alpha1.InjectionRecord) []byte {
-	var b strings.Builder
-	for _, part := range []string{"sidecar-operator.io/v1", namespace, ServiceAccount(serviceAccount), rec.Name, rec.Revision, strings.Join(rec.Containers, ","), rec.Digest} {
-		b.WriteString(part)
-		b.WriteByte('\n')
+// message appends what a signature covers to dst. Every part is a DNS
+// name, a hex or base64url string, or a list of DNS labels, so newlines and
+// commas separate them unambiguously.
+func message(dst []byte, namespace, serviceAccount string, rec *v1alpha1.InjectionRecord) []byte {
+	for _, part := range [...]string{"sidecar-operator.io/v1", namespace, ServiceAccount(serviceAccount), rec.Name, rec.Revision} {
+		dst = append(append(dst, part...), '\n')
 	}
-	return []byte(b.String())
-}
-
-func mac(secret, msg []byte) []byte {
-	h := hmac.New(sha256.New, secret)
-	h.Write(msg)
-	return h.Sum(nil)
+	for i, c := range rec.Containers {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, c...)
+	}
+	return append(append(append(dst, '\n'), rec.Digest...), '\n')
 }
 
 // Sign sets rec.Signature for a pod of namespace running as serviceAccount.
 // rec.Containers and rec.Digest must already say what was injected.
 func (r *Ring) Sign(namespace, serviceAccount string, rec *v1alpha1.InjectionRecord) {
 	k := r.signer(time.Now())
-	rec.Signature = k.id + "." + base64.RawURLEncoding.EncodeToString(mac(k.secret, message(namespace, serviceAccount, rec)))
+	var buf [512]byte
+	msg := message(buf[:0], namespace, serviceAccount, rec)
+	var sum [sha256.Size]byte
+	mac := k.mac(sum[:0], msg)
+	sig := make([]byte, 0, len(k.id)+1+base64.RawURLEncoding.EncodedLen(len(mac)))
+	sig = base64.RawURLEncoding.AppendEncode(append(append(sig, k.id...), '.'), mac)
+	rec.Signature = string(sig)
 }
 
 // Errors of Verify, for reasons and metrics.
@@ -168,7 +191,7 @@ func (r *Ring) VerifySignature(namespace, serviceAccount string, rec *v1alpha1.I
 		return fmt.Errorf("%w (%s)", ErrUnknownKey, id)
 	}
 	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, mac(r.keys[i].secret, message(namespace, serviceAccount, rec))) {
+	if err != nil || !hmac.Equal(got, r.keys[i].mac(nil, message(nil, namespace, serviceAccount, rec))) {
 		return ErrBadSignature
 	}
 	return nil
@@ -203,10 +226,11 @@ func Container(pod *corev1.Pod, name string) *corev1.Container {
 	return nil
 }
 
-// content is what the digest covers of a container: what decides what the
+// Content is what the digest covers of a container: what decides what the
 // container runs and can reach. Fields the apiserver defaults
 // (imagePullPolicy, terminationMessagePath) or a resize changes are left out.
-type content struct {
+// Decoding a container's JSON into it reads only these fields.
+type Content struct {
 	Name            string                  `json:"name"`
 	Image           string                  `json:"image,omitempty"`
 	Command         []string                `json:"command,omitempty"`
@@ -228,13 +252,21 @@ func Covered(c *corev1.Container) corev1.Container {
 
 // Digest hashes what decides what the containers run, in order.
 func Digest(containers []corev1.Container) string {
-	list := make([]content, len(containers))
+	list := make([]Content, len(containers))
 	for i := range containers {
-		c := Covered(&containers[i])
-		list[i] = content{
+		c := &containers[i]
+		list[i] = Content{
 			Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args,
-			Env: defaultedEnv(c.Env), EnvFrom: c.EnvFrom, SecurityContext: c.SecurityContext, VolumeMounts: c.VolumeMounts,
+			Env: c.Env, EnvFrom: c.EnvFrom, SecurityContext: c.SecurityContext, VolumeMounts: c.VolumeMounts,
 		}
+	}
+	return DigestContents(list)
+}
+
+// DigestContents is Digest of containers already read into Contents.
+func DigestContents(list []Content) string {
+	for i := range list {
+		list[i].Env = defaultedEnv(list[i].Env)
 	}
 	raw, err := encjson.Marshal(list)
 	if err != nil {
