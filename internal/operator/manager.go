@@ -554,10 +554,24 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		}
 		return nil
 	})
+	// A namespace whose labels change may gain or lose pod validation, and
+	// with it every grant there.
+	everySidecar := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		var list v1alpha1.SidecarList
+		if err := mgr.GetCache().List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, len(list.Items))
+		for i := range list.Items {
+			out[i] = reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}}
+		}
+		return out
+	})
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("rbac").
 		For(&v1alpha1.Sidecar{}).
 		Watches(&corev1.Pod{}, podToSidecars, builder.WithPredicates(injectionChanged())).
+		Watches(namespaceMeta(), everySidecar, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&rbacv1.ClusterRole{}, ownerSidecar).
 		Watches(&rbacv1.ClusterRoleBinding{}, ownerSidecar).
 		Watches(&rbacv1.RoleBinding{}, ownerSidecar).
@@ -572,6 +586,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Named("pullsecrets").
 		Watches(&v1alpha1.Sidecar{}, toPullSecrets).
 		Watches(&corev1.Pod{}, toPullSecrets, builder.WithPredicates(injectionChanged())).
+		Watches(namespaceMeta(), toPullSecrets, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&corev1.Secret{}, toPullSecrets).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(&pullSecretReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, policy: pullSecrets, resync: resync, log: log.WithName("pullsecrets")}); err != nil {

@@ -678,3 +678,24 @@ func TestLegitimateGrantIsExact(t *testing.T) {
 		t.Errorf("%s/agent got secrets get in %s, beyond the Sidecar's rules", a, a)
 	}
 }
+
+// A namespace that turns pod validation off after its pods were injected
+// loses their grants: the records there are no longer guarded.
+func TestGrantsLeaveANamespaceThatTurnsValidationOff(t *testing.T) {
+	ctx := context.Background()
+	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
+	applyServed(t, sc)
+	ns := createNamespace(t, nil)
+	createPod(t, sc, ns, "")
+	waitBinding(t, sc, ns, ns+"/default")
+
+	var namespace corev1.Namespace
+	if err := k8s.Get(ctx, client.ObjectKey{Name: ns}, &namespace); err != nil {
+		t.Fatal(err)
+	}
+	namespace.Labels[v1alpha1.LabelValidation] = "disabled"
+	if err := k8s.Update(ctx, &namespace); err != nil {
+		t.Fatal(err)
+	}
+	waitBinding(t, sc, ns)
+}
