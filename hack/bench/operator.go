@@ -17,16 +17,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/operator"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 // runOperator measures the operator at scale: pods already injected with
@@ -63,10 +64,17 @@ func runOperator(args []string) error {
 	if err := k8s.Create(ctx, agent); err != nil {
 		return err
 	}
-	status := fmt.Sprintf(`{"sidecars":[{"name":%q,"revision":%q}]}`, agent.Name, inject.Revision(&agent.Spec))
+	ring, err := shareSigningKey(ctx, k8s)
+	if err != nil {
+		return err
+	}
+	engine, err := inject.New(scs)
+	if err != nil {
+		return err
+	}
 
 	start := time.Now()
-	if err := createInjectedPods(ctx, k8s, *pods, *namespaces, *accounts, status); err != nil {
+	if err := createInjectedPods(ctx, k8s, engine, ring, *pods, *namespaces, *accounts); err != nil {
 		return err
 	}
 	fmt.Printf("created %d injected pods in %d namespaces, %d ServiceAccounts each, in %s\n", *pods, *namespaces, *accounts, time.Since(start).Round(time.Second))
@@ -109,7 +117,29 @@ func runOperator(args []string) error {
 	return nil
 }
 
-func createInjectedPods(ctx context.Context, k8s client.Client, pods, namespaces, accounts int, status string) error {
+// shareSigningKey makes the signing key the operator will load, so that the
+// pods made here carry records it verifies, as if its webhook had injected them.
+func shareSigningKey(ctx context.Context, k8s client.Client) (*signing.Ring, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sidecar-operator-system"}}
+	if err := k8s.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	name, secret, err := signing.NewKey(time.Now().Add(-time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: operator.DefaultSigningKeySecret, Labels: map[string]string{operator.LabelManagedBy: "sidecar-operator"}},
+		Data:       map[string][]byte{name: secret},
+	}
+	if err := k8s.Create(ctx, s); err != nil {
+		return nil, err
+	}
+	return signing.ParseRing(s.Data, 0)
+}
+
+// createInjectedPods stores pods as the webhook would have injected them.
+func createInjectedPods(ctx context.Context, k8s client.Client, engine *inject.Engine, ring *signing.Ring, pods, namespaces, accounts int) error {
 	for n := range namespaces {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("scale-%04d", n)}}
 		if err := k8s.Create(ctx, ns); err != nil {
@@ -124,17 +154,25 @@ func createInjectedPods(ctx context.Context, k8s client.Client, pods, namespaces
 			for i := int(next.Add(1)) - 1; i < pods; i = int(next.Add(1)) - 1 {
 				pod := &corev1.Pod{
 					ObjectMeta: metav1.ObjectMeta{
-						Name:        fmt.Sprintf("pod-%05d", i),
-						Namespace:   fmt.Sprintf("scale-%04d", i%namespaces),
-						Labels:      map[string]string{v1alpha1.LabelInjected: "true", "app": "scale"},
-						Annotations: map[string]string{v1alpha1.AnnotationStatus: status, "xxl-agent/enable": "true"},
+						Name:      fmt.Sprintf("pod-%05d", i),
+						Namespace: fmt.Sprintf("scale-%04d", i%namespaces),
+						Labels:    map[string]string{"app": "scale"},
+						Annotations: map[string]string{"xxl-agent/enable": "true", "xxl-agent/job-admin-addr": "http://xxl-job-admin:8080",
+							"xxl-agent/target-container": "app", "xxl-agent/job-name": "scale"},
 					},
 					Spec: corev1.PodSpec{
 						ServiceAccountName: fmt.Sprintf("sa-%d", (i/namespaces)%accounts),
-						Containers:         []corev1.Container{{Name: "app", Image: "app"}, {Name: "xxl-agent", Image: "agent"}},
+						Containers:         []corev1.Container{{Name: "app", Image: "app"}},
 					},
 				}
-				if err := k8s.Create(ctx, pod); err != nil {
+				res, err := engine.Inject(pod, pod.Namespace, inject.DefaultNamespaceLabels, ring)
+				if err == nil && res.Pod == nil {
+					err = fmt.Errorf("pod %s not injected: %s", pod.Name, res.Denial)
+				}
+				if err == nil {
+					err = k8s.Create(ctx, res.Pod)
+				}
+				if err != nil {
 					errs <- err
 					return
 				}
