@@ -1,7 +1,8 @@
 // Package authorship owns the rule that a Sidecar's author may grant only
-// what they hold themselves, Kubernetes' own rule for Roles: each RBAC rule
-// and the pull secret's source are checked with SubjectAccessReviews as the
-// author. It also owns which Secrets may be copied as pull secrets.
+// what they hold themselves, Kubernetes' own rule for Roles: each RBAC rule,
+// the pull secret's source and the pods the Sidecar's containers join are
+// checked with SubjectAccessReviews as the author. It also owns which
+// Secrets may be copied as pull secrets.
 package authorship
 
 import (
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -43,15 +45,36 @@ func (c *Checker) Check(ctx context.Context, user authenticationv1.UserInfo, sc,
 		return nil, nil
 	}
 	var errs field.ErrorList
-	if rbac := sc.Spec.RBAC; rbac != nil && (len(rbac.Rules) > 0 || len(rbac.ClusterRules) > 0) {
-		// Holding escalate on clusterroles lets one grant anything, as in Kubernetes.
-		escalate, err := c.Review(ctx, asUser(user, &authorizationv1.ResourceAttributes{
-			Group: rbacv1.GroupName, Resource: "clusterroles", Verb: "escalate",
-		}, nil))
+	// The Sidecar's containers run in every pod it selects, with that pod's
+	// ServiceAccount and Secrets: its author must be able to create those pods.
+	for _, ns := range SelectableNamespaces(sc.Spec.NamespaceSelector) {
+		allowed, err := c.Review(ctx, asUser(user, &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Resource: "pods"}, nil))
 		if err != nil {
 			return nil, err
 		}
-		if !escalate {
+		if !allowed {
+			where := "in every namespace (namespaceSelector is not a list of kubernetes.io/metadata.name values)"
+			if ns != "" {
+				where = "in namespace " + ns
+			}
+			errs = append(errs, field.Forbidden(spec.Child("namespaceSelector"), fmt.Sprintf(
+				"%s may not create pods %s, where this Sidecar would run its containers with the pods' ServiceAccounts and Secrets", user.Username, where)))
+		}
+	}
+	if rbac := sc.Spec.RBAC; rbac != nil && (len(rbac.Rules) > 0 || len(rbac.ClusterRules) > 0) {
+		// Holding escalate and bind on clusterroles lets one write any role
+		// and bind it, as in Kubernetes; the operator does both for the author.
+		unbounded := true
+		for _, verb := range []string{"escalate", "bind"} {
+			allowed, err := c.Review(ctx, asUser(user, &authorizationv1.ResourceAttributes{
+				Group: rbacv1.GroupName, Resource: "clusterroles", Verb: verb,
+			}, nil))
+			if err != nil {
+				return nil, err
+			}
+			unbounded = unbounded && allowed
+		}
+		if !unbounded {
 			for _, group := range []struct {
 				path  *field.Path
 				rules []rbacv1.PolicyRule
@@ -63,7 +86,7 @@ func (c *Checker) Check(ctx context.Context, user authenticationv1.UserInfo, sc,
 					}
 					if len(lacking) > 0 {
 						errs = append(errs, field.Forbidden(group.path.Index(i), fmt.Sprintf(
-							"%s does not hold %s, and a Sidecar grants only what its author holds cluster-wide (or holds escalate on clusterroles)",
+							"%s does not hold %s, and a Sidecar grants only what its author holds cluster-wide (or holds escalate and bind on clusterroles)",
 							user.Username, strings.Join(lacking, ", "))))
 					}
 				}
@@ -97,6 +120,31 @@ func (c *Checker) Check(ctx context.Context, user authenticationv1.UserInfo, sc,
 		}
 	}
 	return errs, nil
+}
+
+// SelectableNamespaces lists the namespaces a namespaceSelector can match
+// when it names them (kubernetes.io/metadata.name, set by the apiserver), and
+// otherwise [""]: any namespace, present or future.
+func SelectableNamespaces(sel *metav1.LabelSelector) []string {
+	if sel == nil {
+		return []string{""}
+	}
+	var names []string
+	switch {
+	case len(sel.MatchLabels) == 1 && len(sel.MatchExpressions) == 0:
+		if name, ok := sel.MatchLabels[corev1.LabelMetadataName]; ok {
+			names = []string{name}
+		}
+	case len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 1:
+		if e := sel.MatchExpressions[0]; e.Key == corev1.LabelMetadataName && e.Operator == metav1.LabelSelectorOpIn {
+			names = slices.Clone(e.Values)
+		}
+	}
+	if len(names) == 0 {
+		return []string{""}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // lacking lists, as "verb resource" phrases, what of rule the user lacks.

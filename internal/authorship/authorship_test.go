@@ -74,14 +74,28 @@ func TestCheck(t *testing.T) {
 		want     []string
 		wantNone bool
 	}{
-		{name: "holds every rule", held: []string{"create pods/exec"},
+		{name: "holds every rule", held: []string{"create pods", "create pods/exec"},
 			sc: sidecar(func(s *v1alpha1.SidecarSpec) { s.RBAC = &v1alpha1.SidecarRBAC{Rules: exec} }), wantNone: true},
-		{name: "lacks secrets list", held: []string{"create pods/exec", "get secrets"},
+		{name: "lacks secrets list", held: []string{"create pods", "create pods/exec", "get secrets"},
 			sc:   sidecar(func(s *v1alpha1.SidecarSpec) { s.RBAC = &v1alpha1.SidecarRBAC{Rules: exec, ClusterRules: secrets} }),
 			want: []string{"spec.rbac.clusterRules[0]: Forbidden: alice does not hold list secrets,"}},
-		{name: "escalate holds everything", held: []string{"escalate clusterroles.rbac.authorization.k8s.io"},
+		{name: "escalate and bind hold everything", held: []string{"create pods", "escalate clusterroles.rbac.authorization.k8s.io", "bind clusterroles.rbac.authorization.k8s.io"},
 			sc: sidecar(func(s *v1alpha1.SidecarSpec) { s.RBAC = &v1alpha1.SidecarRBAC{Rules: secrets} }), wantNone: true},
-		{name: "a namespaced grant is not enough", held: []string{"create pods/exec in team-a"},
+		{name: "escalate alone does not", held: []string{"create pods", "escalate clusterroles.rbac.authorization.k8s.io"},
+			sc:   sidecar(func(s *v1alpha1.SidecarSpec) { s.RBAC = &v1alpha1.SidecarRBAC{Rules: secrets} }),
+			want: []string{"spec.rbac.rules[0]: Forbidden: alice does not hold get secrets, list secrets,"}},
+		{name: "pods in every namespace", held: nil, sc: sidecar(func(*v1alpha1.SidecarSpec) {}),
+			want: []string{"spec.namespaceSelector: Forbidden: alice may not create pods in every namespace"}},
+		{name: "pods in the namespaces named", held: []string{"create pods in a"},
+			sc: sidecar(func(s *v1alpha1.SidecarSpec) {
+				s.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: []string{"b", "a"}}}}
+			}),
+			want: []string{"spec.namespaceSelector: Forbidden: alice may not create pods in namespace b,"}},
+		{name: "pods in the one namespace named", held: []string{"create pods in a"},
+			sc: sidecar(func(s *v1alpha1.SidecarSpec) {
+				s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "a"}}
+			}), wantNone: true},
+		{name: "a namespaced grant is not enough", held: []string{"create pods", "create pods/exec in team-a"},
 			sc:   sidecar(func(s *v1alpha1.SidecarSpec) { s.RBAC = &v1alpha1.SidecarRBAC{Rules: exec} }),
 			want: []string{"spec.rbac.rules[0]: Forbidden: alice does not hold create pods/exec,"}},
 		{name: "an update that keeps the spec is not judged",
@@ -97,12 +111,12 @@ func TestCheck(t *testing.T) {
 				s.ImagePullSecret = &v1alpha1.SecretReference{Namespace: "tenant", Name: "reg"}
 			}),
 			want: []string{`spec.imagePullSecret.namespace: Forbidden: pull secrets are copied only from namespaces ["ops"]`, "spec.imagePullSecret: Forbidden: alice may not get Secret tenant/reg"}},
-		{name: "pull secret of the wrong type", held: []string{"get secrets reg in ops"}, secret: opaque,
+		{name: "pull secret of the wrong type", held: []string{"create pods", "get secrets reg in ops"}, secret: opaque,
 			sc: sidecar(func(s *v1alpha1.SidecarSpec) {
 				s.ImagePullSecret = &v1alpha1.SecretReference{Namespace: "ops", Name: "reg"}
 			}),
 			want: []string{`spec.imagePullSecret: Invalid value: "ops/reg": Secret of type "Opaque"`}},
-		{name: "pull secret readable and a registry credential", held: []string{"get secrets reg in ops"}, secret: &corev1.Secret{Type: corev1.SecretTypeDockerConfigJson},
+		{name: "pull secret readable and a registry credential", held: []string{"create pods", "get secrets reg in ops"}, secret: &corev1.Secret{Type: corev1.SecretTypeDockerConfigJson},
 			sc: sidecar(func(s *v1alpha1.SidecarSpec) {
 				s.ImagePullSecret = &v1alpha1.SecretReference{Namespace: "ops", Name: "reg"}
 			}), wantNone: true},

@@ -20,6 +20,7 @@ import (
 // templates compiled and every static part already encoded as JSON.
 type compiledSidecar struct {
 	name      string
+	uid       string // metadata.uid; records are signed for it
 	revision  string
 	native    bool
 	onMissing v1alpha1.MissingParametersPolicy
@@ -80,6 +81,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 	spec := &sc.Spec
 	c := &compiledSidecar{
 		name:       sc.Name,
+		uid:        string(sc.UID),
 		revision:   Revision(spec),
 		byName:     spec.RequestByNameAllowed(),
 		native:     spec.NativeSidecar,

@@ -96,7 +96,7 @@ const (
 // as a ServiceAccount. Without one, as in offline injection, records are
 // unsigned: they inject, but never carry a grant.
 type Signer interface {
-	Sign(namespace, serviceAccount string, rec *v1alpha1.InjectionRecord)
+	Sign(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord)
 }
 
 // NamespaceLabelsFunc returns a namespace's labels; ok is false when unknown.
@@ -301,6 +301,36 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 		}
 	}
 	p.addLabel = pod.Metadata.Labels[v1alpha1.LabelInjected] != "true"
+}
+
+// UID returns the metadata.uid of a Sidecar the engine injects: records are
+// signed for it.
+func (e *Engine) UID(name string) (string, bool) {
+	if c := e.byName[name]; c != nil {
+		return c.uid, true
+	}
+	return "", false
+}
+
+// Selects reports whether the Sidecar, as it is now, applies to the pod: it
+// is opted in in a way the Sidecar allows, in a namespace its
+// namespaceSelector matches. Grants are judged with it, so that a record
+// signed under an older selection, or copied into a new pod, carries nothing
+// the current Sidecar would not give that pod.
+func (e *Engine) Selects(name string, pod *corev1.Pod, nsLabels NamespaceLabelsFunc) bool {
+	sc := e.byName[name]
+	if sc == nil {
+		return false
+	}
+	var p plan
+	if !p.selects(sc, pod.Annotations[v1alpha1.AnnotationInject], labels.Set(pod.Labels), pod.Annotations) {
+		return false
+	}
+	if sc.nsSelector == nil || sc.nsSelector.Empty() {
+		return true
+	}
+	l, ok := nsLabels(pod.Namespace)
+	return ok && sc.nsSelector.Matches(labels.Set(l))
 }
 
 // notByName says why a request by name is refused.
@@ -547,7 +577,7 @@ func (p *plan) seal(signer Signer) error {
 		rec := &p.injected[i]
 		*rec = v1alpha1.InjectionRecord{Name: s.sc.name, Revision: s.sc.revision, Containers: s.sc.containerNames, Digest: digest}
 		if signer != nil {
-			signer.Sign(p.namespace, sa, rec)
+			signer.Sign(p.namespace, sa, s.sc.uid, rec)
 		}
 	}
 	n := len(p.existing.Sidecars) + len(p.injected)

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"slices"
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,7 +32,9 @@ func (b *engineBuilder) rebuild(ctx context.Context) error {
 	if err := b.client.List(ctx, &list); err != nil {
 		return err
 	}
-	e, err := inject.New(list.Items)
+	// A Sidecar being deleted injects no more pods.
+	live := slices.DeleteFunc(list.Items, func(sc v1alpha1.Sidecar) bool { return !sc.DeletionTimestamp.IsZero() })
+	e, err := inject.New(live)
 	if err != nil {
 		// Valid Sidecars still inject; the broken ones are reported, not fatal.
 		b.log.Error(err, "some Sidecars cannot be injected")

@@ -22,7 +22,8 @@ import (
 // namespaces where pod validation guards that record. Pod creators control
 // everything else about a pod, so nothing else is trusted.
 type grantGate struct {
-	keys webhook.KeySource
+	keys    webhook.KeySource
+	engines webhook.EngineSource
 	// validated selects the namespaces where pods are validated.
 	validated labels.Selector
 	// namespaces reads namespace labels from the cache; live, on a miss,
@@ -30,37 +31,44 @@ type grantGate struct {
 	namespaces, live client.Reader
 }
 
-func newGrantGate(keys webhook.KeySource, namespaces, live client.Reader, excludeNamespaces ...string) (*grantGate, error) {
+func newGrantGate(keys webhook.KeySource, engines webhook.EngineSource, namespaces, live client.Reader, excludeNamespaces ...string) (*grantGate, error) {
 	sel, err := metav1.LabelSelectorAsSelector(PodValidationNamespaces(excludeNamespaces...))
 	if err != nil {
 		return nil, err
 	}
-	return &grantGate{keys: keys, validated: sel, namespaces: namespaces, live: live}, nil
+	return &grantGate{keys: keys, engines: engines, validated: sel, namespaces: namespaces, live: live}, nil
 }
 
 var errKeysNotLoaded = errors.New("the signing keys are not loaded yet")
 
-// notReady holds the controllers back until the keys are loaded: judged
-// without them, every record would fail and every grant be withdrawn.
+// notReady holds the controllers back until the keys and the engine are
+// loaded: judged without them, every grant would be withdrawn.
 func (g *grantGate) notReady() (ctrl.Result, bool) {
-	if g.keys.Ring() == nil {
+	if g.keys.Ring() == nil || g.engines.Engine() == nil {
 		return ctrl.Result{RequeueAfter: time.Second}, true
 	}
 	return ctrl.Result{}, false
 }
 
-// verify checks one record of a pod: what fleet.Judge calls for each.
+// verify checks one record of a pod against the current Sidecar of its
+// name: what fleet.Judge calls for each.
 func (g *grantGate) verify(pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error {
-	ring := g.keys.Ring()
-	if ring == nil {
+	ring, engine := g.keys.Ring(), g.engines.Engine()
+	if ring == nil || engine == nil {
 		return errKeysNotLoaded
 	}
-	return ring.Verify(pod, rec)
+	uid, _ := engine.UID(rec.Name)
+	return ring.Verify(pod, uid, rec)
 }
 
-// grants reports whether the pod carries the grants of sidecar.
+// grants reports whether the pod carries the grants of sidecar: its record
+// verifies, and the Sidecar as it is now still selects the pod there.
 func (g *grantGate) grants(ctx context.Context, pod *corev1.Pod, sidecar string) bool {
 	if fleet.Finished(pod) || !g.validates(ctx, pod.Namespace) {
+		return false
+	}
+	engine := g.engines.Engine()
+	if engine == nil || !engine.Selects(sidecar, pod, func(ns string) (map[string]string, bool) { return g.namespaceLabels(ctx, ns) }) {
 		return false
 	}
 	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
@@ -73,13 +81,26 @@ func (g *grantGate) grants(ctx context.Context, pod *corev1.Pod, sidecar string)
 
 // validates reports whether pods of the namespace are validated.
 func (g *grantGate) validates(ctx context.Context, namespace string) bool {
-	ns := namespaceMeta()
-	err := g.namespaces.Get(ctx, client.ObjectKey{Name: namespace}, ns)
-	if err != nil {
-		ns = namespaceMeta()
-		if g.live.Get(ctx, client.ObjectKey{Name: namespace}, ns) != nil {
-			return false
-		}
+	ns := g.namespace(ctx, namespace)
+	return ns != nil && ns.DeletionTimestamp.IsZero() && g.validated.Matches(labels.Set(ns.Labels))
+}
+
+func (g *grantGate) namespaceLabels(ctx context.Context, namespace string) (map[string]string, bool) {
+	if ns := g.namespace(ctx, namespace); ns != nil {
+		return ns.Labels, true
 	}
-	return ns.DeletionTimestamp.IsZero() && g.validated.Matches(labels.Set(ns.Labels))
+	return nil, false
+}
+
+// namespace reads a namespace's metadata, from the apiserver on a cache miss.
+func (g *grantGate) namespace(ctx context.Context, name string) *metav1.PartialObjectMetadata {
+	ns := namespaceMeta()
+	if g.namespaces.Get(ctx, client.ObjectKey{Name: name}, ns) == nil {
+		return ns
+	}
+	ns = namespaceMeta()
+	if g.live.Get(ctx, client.ObjectKey{Name: name}, ns) == nil {
+		return ns
+	}
+	return nil
 }

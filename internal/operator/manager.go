@@ -240,7 +240,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if opts.Namespace != "" {
 		excludedNamespaces = append(excludedNamespaces, opts.Namespace)
 	}
-	gate, err := newGrantGate(keys, mgr.GetCache(), mgr.GetAPIReader(), excludedNamespaces...)
+	gate, err := newGrantGate(keys, engines, mgr.GetCache(), mgr.GetAPIReader(), excludedNamespaces...)
 	if err != nil {
 		return err
 	}

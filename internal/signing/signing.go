@@ -126,8 +126,8 @@ func ServiceAccount(name string) string {
 // message appends what a signature covers to dst. Every part is a DNS
 // name, a hex or base64url string, or a list of DNS labels, so newlines and
 // commas separate them unambiguously.
-func message(dst []byte, namespace, serviceAccount string, rec *v1alpha1.InjectionRecord) []byte {
-	for _, part := range [...]string{"sidecar-operator.io/v1", namespace, ServiceAccount(serviceAccount), rec.Name, rec.Revision} {
+func message(dst []byte, namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) []byte {
+	for _, part := range [...]string{"sidecar-operator.io/v2", namespace, ServiceAccount(serviceAccount), rec.Name, sidecarUID, rec.Revision} {
 		dst = append(append(dst, part...), '\n')
 	}
 	for i, c := range rec.Containers {
@@ -139,12 +139,14 @@ func message(dst []byte, namespace, serviceAccount string, rec *v1alpha1.Injecti
 	return append(append(append(dst, '\n'), rec.Digest...), '\n')
 }
 
-// Sign sets rec.Signature for a pod of namespace running as serviceAccount.
+// Sign sets rec.Signature for a pod of namespace running as serviceAccount,
+// injected with the Sidecar of that UID: a Sidecar deleted and made again
+// under the same name does not inherit the records of the old one.
 // rec.Containers and rec.Digest must already say what was injected.
-func (r *Ring) Sign(namespace, serviceAccount string, rec *v1alpha1.InjectionRecord) {
+func (r *Ring) Sign(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) {
 	k := r.signer(time.Now())
 	var buf [512]byte
-	msg := message(buf[:0], namespace, serviceAccount, rec)
+	msg := message(buf[:0], namespace, serviceAccount, sidecarUID, rec)
 	var sum [sha256.Size]byte
 	mac := k.mac(sum[:0], msg)
 	sig := make([]byte, 0, len(k.id)+1+base64.RawURLEncoding.EncodedLen(len(mac)))
@@ -156,15 +158,16 @@ func (r *Ring) Sign(namespace, serviceAccount string, rec *v1alpha1.InjectionRec
 var (
 	ErrUnsigned       = errors.New("the record is not signed")
 	ErrUnknownKey     = errors.New("the record is signed with a key the operator does not hold")
-	ErrBadSignature   = errors.New("the signature does not match: the record was forged, altered, or copied from a pod of another namespace or ServiceAccount")
+	ErrBadSignature   = errors.New("the signature does not match: the record was forged, altered, copied from a pod of another namespace or ServiceAccount, or made for an earlier Sidecar of that name")
 	ErrContainers     = errors.New("the pod lacks a container the record claims")
 	ErrContentChanged = errors.New("the injected containers changed since injection")
 )
 
-// Verify checks that rec was signed by a key of the ring for this pod, and
-// that the pod's containers are still what was injected.
-func (r *Ring) Verify(pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error {
-	if err := r.VerifySignature(pod.Namespace, pod.Spec.ServiceAccountName, rec); err != nil {
+// Verify checks that rec was signed by a key of the ring for this pod and
+// the Sidecar of sidecarUID, and that the pod's containers are still what
+// was injected.
+func (r *Ring) Verify(pod *corev1.Pod, sidecarUID string, rec *v1alpha1.InjectionRecord) error {
+	if err := r.verifySignature(pod.Namespace, pod.Spec.ServiceAccountName, sidecarUID, rec); err != nil {
 		return err
 	}
 	containers, err := InjectedContainers(pod, rec.Containers)
@@ -177,8 +180,8 @@ func (r *Ring) Verify(pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error {
 	return nil
 }
 
-// VerifySignature checks only the signature, not the pod's containers.
-func (r *Ring) VerifySignature(namespace, serviceAccount string, rec *v1alpha1.InjectionRecord) error {
+// verifySignature checks only the signature, not the pod's containers.
+func (r *Ring) verifySignature(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) error {
 	if rec.Signature == "" {
 		return ErrUnsigned
 	}
@@ -191,7 +194,7 @@ func (r *Ring) VerifySignature(namespace, serviceAccount string, rec *v1alpha1.I
 		return fmt.Errorf("%w (%s)", ErrUnknownKey, id)
 	}
 	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, r.keys[i].mac(nil, message(nil, namespace, serviceAccount, rec))) {
+	if err != nil || !hmac.Equal(got, r.keys[i].mac(nil, message(nil, namespace, serviceAccount, sidecarUID, rec))) {
 		return ErrBadSignature
 	}
 	return nil

@@ -41,7 +41,7 @@ func signedPod(t *testing.T, r *Ring) (*corev1.Pod, *v1alpha1.InjectionRecord) {
 	}
 	rec := &v1alpha1.InjectionRecord{Name: "agent", Revision: "r1", Containers: []string{"agent"}}
 	rec.Digest = Digest([]corev1.Container{pod.Spec.Containers[1]})
-	r.Sign("ns", "agent", rec)
+	r.Sign("ns", "agent", "uid-1", rec)
 	return pod, rec
 }
 
@@ -50,8 +50,10 @@ func TestVerify(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		change func(*corev1.Pod, *v1alpha1.InjectionRecord)
+		uid    string // of the Sidecar verified against; "" is the one signed for
 		want   error
 	}{
+		{name: "a Sidecar made again under the name", change: func(*corev1.Pod, *v1alpha1.InjectionRecord) {}, uid: "uid-2", want: ErrBadSignature},
 		{name: "as signed", change: func(*corev1.Pod, *v1alpha1.InjectionRecord) {}},
 		{name: "the apiserver defaults a fieldRef's apiVersion", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
 			p.Spec.Containers[1].Env[0].ValueFrom.FieldRef.APIVersion = "v1"
@@ -79,7 +81,11 @@ func TestVerify(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pod, rec := signedPod(t, r)
 			tc.change(pod, rec)
-			err := r.Verify(pod, rec)
+			uid := tc.uid
+			if uid == "" {
+				uid = "uid-1"
+			}
+			err := r.Verify(pod, uid, rec)
 			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
@@ -98,7 +104,7 @@ func TestRotation(t *testing.T) {
 	if !strings.HasPrefix(rec.Signature, oldName+".") {
 		t.Fatalf("a key younger than its activation delay signed: %s", rec.Signature)
 	}
-	if err := after.Verify(pod, signedBefore); err != nil {
+	if err := after.Verify(pod, "uid-1", signedBefore); err != nil {
 		t.Fatalf("a record of the old key no longer verifies: %v", err)
 	}
 	active := ring(t, map[string][]byte{oldName: secretOf(1), newName: secretOf(2)}, 0)
@@ -106,11 +112,11 @@ func TestRotation(t *testing.T) {
 	if !strings.HasPrefix(rec.Signature, newName+".") {
 		t.Fatalf("the active new key does not sign: %s", rec.Signature)
 	}
-	if err := before.Verify(pod, rec); !errors.Is(err, ErrUnknownKey) {
+	if err := before.Verify(pod, "uid-1", rec); !errors.Is(err, ErrUnknownKey) {
 		t.Fatalf("a ring without the new key: %v", err)
 	}
 	revoked := ring(t, map[string][]byte{newName: secretOf(2)}, 0)
-	if err := revoked.Verify(pod, signedBefore); !errors.Is(err, ErrUnknownKey) {
+	if err := revoked.Verify(pod, "uid-1", signedBefore); !errors.Is(err, ErrUnknownKey) {
 		t.Fatalf("a deleted key still verifies: %v", err)
 	}
 }

@@ -47,7 +47,8 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) field.
 		case !known:
 			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("names sidecar %q, which does not exist", r.Name)))
 		case ring != nil:
-			if err := ring.Verify(pod, r); err != nil {
+			uid, _ := engine.UID(r.Name)
+			if err := ring.Verify(pod, uid, r); err != nil {
 				errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("the record of sidecar %q was not made by the webhook for this pod: %v", r.Name, err)))
 			}
 		default:

@@ -8,6 +8,8 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
@@ -96,8 +98,25 @@ func (v *Validator) ValidateSidecars(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "request.object is not a Sidecar: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if rv.Request.Operation == "DELETE" || !sc.DeletionTimestamp.IsZero() {
-		answer(w, rv, "") // finalizer removal and deletion are never blocked
+	if rv.Request.Operation == "DELETE" {
+		answer(w, rv, "") // deletion is never blocked
+		return
+	}
+	var old *v1alpha1.Sidecar
+	if rv.Request.Operation == "UPDATE" && len(rv.Request.OldObject) > 0 && string(rv.Request.OldObject) != "null" {
+		old = &v1alpha1.Sidecar{}
+		if err := json.Unmarshal(rv.Request.OldObject, old); err != nil {
+			http.Error(w, "request.oldObject is not a Sidecar: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
+	if !sc.DeletionTimestamp.IsZero() {
+		// Finalizers may go; the spec of a Sidecar being deleted may not change.
+		denial := ""
+		if old == nil || !equality.Semantic.DeepEqual(&sc.Spec, &old.Spec) {
+			denial = validation.Message("Sidecar", sc.Name, field.ErrorList{field.Forbidden(field.NewPath("spec"), "a Sidecar being deleted cannot be changed")})
+		}
+		answer(w, rv, denial)
 		return
 	}
 	others, err := v.Sidecars(r.Context())
@@ -107,14 +126,6 @@ func (v *Validator) ValidateSidecars(w http.ResponseWriter, r *http.Request) {
 	}
 	errs := validation.Sidecar(&sc, others)
 	if v.Authors != nil {
-		var old *v1alpha1.Sidecar
-		if rv.Request.Operation == "UPDATE" && len(rv.Request.OldObject) > 0 && string(rv.Request.OldObject) != "null" {
-			old = &v1alpha1.Sidecar{}
-			if err := json.Unmarshal(rv.Request.OldObject, old); err != nil {
-				http.Error(w, "request.oldObject is not a Sidecar: "+err.Error(), http.StatusBadRequest)
-				return
-			}
-		}
 		authorErrs, err := v.Authors.Check(r.Context(), rv.Request.UserInfo, &sc, old)
 		if err != nil {
 			http.Error(w, "checking what the author holds: "+err.Error(), http.StatusServiceUnavailable)

@@ -96,7 +96,11 @@ func TestExamplesInjectIntoStoredPod(t *testing.T) {
 	// operator's key: the digest covers nothing the apiserver changes.
 	ring := clusterRing(t)
 	for _, r := range status.Sidecars {
-		if err := ring.Verify(&stored, &r); err != nil {
+		var sc v1alpha1.Sidecar
+		if err := k8s.Get(ctx, client.ObjectKey{Name: r.Name}, &sc); err != nil {
+			t.Fatal(err)
+		}
+		if err := ring.Verify(&stored, string(sc.UID), &r); err != nil {
 			t.Errorf("record of %s does not verify on the stored pod: %v", r.Name, err)
 		}
 	}
