@@ -64,17 +64,6 @@ func waitInjects(t *testing.T, sc *v1alpha1.Sidecar, ns string) {
 	})
 }
 
-// reviewBarrier is barrier for a Sidecar scoped to namespaces labelled nsLabels.
-func reviewBarrier(t *testing.T, sc *v1alpha1.Sidecar, nsLabels map[string]string) {
-	t.Helper()
-	other := createNamespace(t, nsLabels)
-	pod := createPod(t, sc, other, "")
-	if !injectedWith(pod, sc.Name) {
-		t.Fatalf("barrier: the admin's selected pod was not injected with %s: %v", sc.Name, pod.Annotations)
-	}
-	waitBinding(t, sc, other, other+"/default")
-}
-
 // tenantSelectedPod creates, as the tenant, a pod of the Sidecar's app.
 func tenantSelectedPod(t *testing.T, cl client.Client, sc *v1alpha1.Sidecar, ns string) *corev1.Pod {
 	t.Helper()
@@ -150,7 +139,7 @@ func TestReviewReplayedRecordAfterNamespaceDeselected(t *testing.T) {
 	if err := tenantClient.Delete(ctx, orig); err != nil {
 		t.Fatal(err)
 	}
-	reviewBarrier(t, sc, reviewTeam(sc))
+	barrier(t, sc, reviewTeam(sc))
 	assertNoGrant(t, sc, ns, "record replayed into a new pod after the admin took the namespace out of the Sidecar's namespaceSelector")
 }
 
@@ -170,7 +159,7 @@ func TestReviewOldRecordGetsRulesAddedWithNarrowerScope(t *testing.T) {
 		sc.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: reviewTeam(sc)}
 	})
 	waitInjects(t, sc, fence)
-	reviewBarrier(t, sc, reviewTeam(sc))
+	barrier(t, sc, reviewTeam(sc))
 	assertNoGrant(t, sc, ns, "pod injected before the admin added rbac and a namespaceSelector that excludes its namespace")
 }
 
@@ -221,7 +210,7 @@ func TestReviewSquattedSidecarNameHarvestsRecords(t *testing.T) {
 	genuine.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: reviewTeam(genuine)}
 	reviewCreateAdmin(t, genuine)
 	waitInjects(t, genuine, createNamespace(t, reviewTeam(genuine)))
-	reviewBarrier(t, genuine, reviewTeam(genuine))
+	barrier(t, genuine, reviewTeam(genuine))
 	assertNoGrant(t, genuine, ns, "record signed for an earlier, author-made Sidecar of the same name")
 }
 

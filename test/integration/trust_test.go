@@ -256,11 +256,11 @@ func injectedWith(pod *corev1.Pod, sidecar string) bool {
 }
 
 // barrier creates, as the admin, a pod the Sidecar selects in a fresh
-// namespace and waits for its grant: the RBAC controller has then handled
-// everything created before.
-func barrier(t *testing.T, sc *v1alpha1.Sidecar) string {
+// namespace (labelled nsLabels, for a Sidecar scoped by them) and waits for
+// its grant: the RBAC controller has then handled everything created before.
+func barrier(t *testing.T, sc *v1alpha1.Sidecar, nsLabels map[string]string) string {
 	t.Helper()
-	other := createNamespace(t, nil)
+	other := createNamespace(t, nsLabels)
 	pod := createPod(t, sc, other, "")
 	if !injectedWith(pod, sc.Name) {
 		t.Fatalf("barrier: the admin's selected pod was not injected with %s: %v", sc.Name, pod.Annotations)
@@ -300,7 +300,7 @@ func TestAttackForgedRecordWithFakeContainer(t *testing.T) {
 	}
 	t.Logf("the tenant created forged pod %s/%s (record %s, container %s image %s)", ns, forged.Name,
 		forged.Annotations[v1alpha1.AnnotationStatus], sc.Spec.Containers[0].Name, attackerImage)
-	barrier(t, sc)
+	barrier(t, sc, nil)
 	assertNoGrant(t, sc, ns, "tenant's forged pod (copied record, fake container "+attackerImage+")")
 
 	var injected, namespaces int32
@@ -348,7 +348,7 @@ func TestAttackRecordWrittenThroughPodStatus(t *testing.T) {
 		return
 	}
 	t.Logf("the tenant wrote the record %s into %s/%s through pods/status", stored.Annotations[v1alpha1.AnnotationStatus], ns, pod.Name)
-	barrier(t, sc)
+	barrier(t, sc, nil)
 	assertNoGrant(t, sc, ns, "tenant's record written through pods/status")
 }
 
@@ -374,7 +374,7 @@ func TestAttackRecordForSidecarNotYetCreated(t *testing.T) {
 	}
 	t.Logf("the tenant created %s/%s with a record for %s, which did not exist yet", ns, forged.Name, name)
 	applyServed(t, sc)
-	barrier(t, sc)
+	barrier(t, sc, nil)
 	assertNoGrant(t, sc, ns, "tenant's record made before Sidecar "+name+" existed")
 }
 
@@ -512,7 +512,7 @@ func TestAttackForgedRecordInExcludedNamespace(t *testing.T) {
 		return
 	}
 	t.Logf("the tenant created forged pod %s/%s in a namespace with %s=disabled", ns, forged.Name, v1alpha1.LabelValidation)
-	barrier(t, sc)
+	barrier(t, sc, nil)
 	assertNoGrant(t, sc, ns, "tenant's forged pod in a namespace with validation disabled")
 
 	// The forged pod is visible, never silently "injected".
