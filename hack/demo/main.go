@@ -184,10 +184,10 @@ func showGrants(ctx context.Context, c client.Client, pod *corev1.Pod) error {
 			return errors.New("the Sidecars' status did not count the pod in time")
 		}
 	}
-	fmt.Printf("\n%-12s %8s %9s %9s %7s\n", "SIDECAR", "MATCHED", "INJECTED", "OUTDATED", "MISSED")
+	fmt.Printf("\n%-12s %8s %9s %9s %7s %11s\n", "SIDECAR", "MATCHED", "INJECTED", "OUTDATED", "MISSED", "UNVERIFIED")
 	for _, sc := range list.Items {
 		st := sc.Status
-		fmt.Printf("%-12s %8d %9d %9d %7d\n", sc.Name, st.MatchedPods, st.InjectedPods, st.OutdatedPods, st.MissedPods)
+		fmt.Printf("%-12s %8d %9d %9d %7d %11d\n", sc.Name, st.MatchedPods, st.InjectedPods, st.OutdatedPods, st.MissedPods, st.UnverifiedPods)
 	}
 	return nil
 }
