@@ -232,8 +232,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return err
 	}
 
-	keys := &webhook.SwappableRing{}
-	if err := addSigningKeyKeeper(mgr, opts, keys, log); err != nil {
+	keys, keyChanges := &webhook.SwappableRing{}, &ringChanges{}
+	if err := addSigningKeyKeeper(mgr, opts, keys, keyChanges, log); err != nil {
 		return err
 	}
 	var excludedNamespaces []string
@@ -258,7 +258,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if resync == 0 {
 		resync = DefaultPullSecretResync
 	}
-	if err := addFleetControllers(mgr, engines, gate, pullSecrets, nsLabels, excluded, resync, log); err != nil {
+	if err := addFleetControllers(mgr, engines, gate, keyChanges, pullSecrets, nsLabels, excluded, resync, log); err != nil {
 		return err
 	}
 	if opts.MetricsSecure && opts.MetricsAddr != "0" && opts.MetricsAddr != "" {
@@ -346,7 +346,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 }
 
 // addSigningKeyKeeper keeps keys loaded from the key Secret, on every replica.
-func addSigningKeyKeeper(mgr manager.Manager, opts Options, keys *webhook.SwappableRing, log logr.Logger) error {
+func addSigningKeyKeeper(mgr manager.Manager, opts Options, keys *webhook.SwappableRing, changes *ringChanges, log logr.Logger) error {
 	secret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.SigningKeySecret}
 	isSecret := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetNamespace() == secret.Namespace && o.GetName() == secret.Name
@@ -359,7 +359,7 @@ func addSigningKeyKeeper(mgr manager.Manager, opts Options, keys *webhook.Swappa
 			return nil
 		})).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
-		Complete(&signingKeyKeeper{client: mgr.GetClient(), secret: secret, activation: opts.SigningKeyActivation, keys: keys, log: log.WithName("signing-key")})
+		Complete(&signingKeyKeeper{client: mgr.GetClient(), secret: secret, activation: opts.SigningKeyActivation, keys: keys, changes: changes, log: log.WithName("signing-key")})
 }
 
 // authorsChecker asks the apiserver, as each Sidecar's author, what they hold.
@@ -532,7 +532,7 @@ var managedSelector = labels.SelectorFromSet(labels.Set{LabelManagedBy: managedB
 
 // addFleetControllers adds the RBAC and status controllers, which follow the
 // injected pods across the cluster.
-func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, gate *grantGate, pullSecrets authorship.PullSecretPolicy, nsLabels inject.NamespaceLabelsFunc, excluded func(string) bool, resync time.Duration, log logr.Logger) error {
+func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, gate *grantGate, keyChanges *ringChanges, pullSecrets authorship.PullSecretPolicy, nsLabels inject.NamespaceLabelsFunc, excluded func(string) bool, resync time.Duration, log logr.Logger) error {
 	ctx := context.Background()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, indexInjectedSidecars, injectedSidecarNames); err != nil {
 		return err
@@ -555,7 +555,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		return nil
 	})
 	// A namespace whose labels change may gain or lose pod validation, and
-	// with it every grant there.
+	// with it every grant there; a change of signing keys may revoke records.
 	everySidecar := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		var list v1alpha1.SidecarList
 		if err := mgr.GetCache().List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
@@ -575,6 +575,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Watches(&rbacv1.ClusterRole{}, ownerSidecar).
 		Watches(&rbacv1.ClusterRoleBinding{}, ownerSidecar).
 		Watches(&rbacv1.RoleBinding{}, ownerSidecar).
+		WatchesRawSource(keyChanges.source(everySidecar)).
 		Complete(&rbacReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, conditions: book, log: log.WithName("rbac")}); err != nil {
 		return err
 	}
@@ -588,6 +589,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Watches(&corev1.Pod{}, toPullSecrets, builder.WithPredicates(injectionChanged())).
 		Watches(namespaceMeta(), toPullSecrets, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&corev1.Secret{}, toPullSecrets).
+		WatchesRawSource(keyChanges.source(toPullSecrets)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(&pullSecretReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, policy: pullSecrets, resync: resync, log: log.WithName("pullsecrets")}); err != nil {
 		return err
@@ -619,6 +621,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Watches(&corev1.Pod{}, toFleet).
 		Watches(namespaceMeta(), toFleet).
 		WatchesRawSource(source.Channel(rbacEvents, toFleet)).
+		WatchesRawSource(keyChanges.source(toFleet)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(&statusReconciler{
 			client: mgr.GetClient(), engines: engines, nsLabels: nsLabels, conditions: book, gate: gate,

@@ -70,6 +70,9 @@ func (r *pullSecretReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (c
 			r.log.Info("not copying a pull secret", "sidecar", sc.Name, "reason", err.Error())
 			continue
 		}
+		if engineLags(r.gate.engines.Engine(), sc) {
+			return ctrl.Result{RequeueAfter: time.Second}, nil // copies follow the Sidecar the webhook injects
+		}
 		var pods corev1.PodList
 		if err := r.client.List(ctx, &pods, client.MatchingFields{indexInjectedSidecars: sc.Name}, client.UnsafeDisableDeepCopy); err != nil {
 			return ctrl.Result{}, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -91,6 +92,9 @@ func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	if res, wait := r.gate.notReady(); wait {
 		return res, nil
+	}
+	if engineLags(r.gate.engines.Engine(), &sc) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil // the grants follow the Sidecar the webhook injects
 	}
 	orig := sc.DeepCopy()
 	if controllerutil.AddFinalizer(&sc, rbacFinalizer) {

@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -12,6 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
@@ -37,7 +42,34 @@ type signingKeyKeeper struct {
 	secret     types.NamespacedName
 	activation time.Duration
 	keys       *webhook.SwappableRing
-	log        logr.Logger
+	// changes hears of every new version of the Secret: a key deleted or
+	// replaced under its ID withdraws what it signed.
+	changes *ringChanges
+	loaded  string // the Secret's resourceVersion in keys
+	log     logr.Logger
+}
+
+// ringChanges fans a change of the signing keys out to the controllers that
+// verify with them: deleting a key withdraws the grants it signed.
+type ringChanges struct {
+	subscribers []chan event.TypedGenericEvent[client.Object]
+}
+
+// source subscribes a controller, before the manager starts.
+func (c *ringChanges) source(h handler.TypedEventHandler[client.Object, reconcile.Request]) source.Source {
+	ch := make(chan event.TypedGenericEvent[client.Object], 1)
+	c.subscribers = append(c.subscribers, ch)
+	return source.Channel(ch, h)
+}
+
+func (c *ringChanges) notify(secret types.NamespacedName) {
+	e := event.TypedGenericEvent[client.Object]{Object: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name}}}
+	for _, ch := range c.subscribers {
+		select {
+		case ch <- e:
+		default: // one pending event re-reads the ring already; a replica that does not lead has none started
+		}
+	}
 }
 
 func (k *signingKeyKeeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
@@ -66,10 +98,15 @@ func (k *signingKeyKeeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("secret %s: %w", k.secret, err)
 	}
-	if old := k.keys.Ring(); old == nil || fmt.Sprint(old.KeyIDs()) != fmt.Sprint(ring.KeyIDs()) {
+	old := k.keys.Ring()
+	k.keys.Store(ring) // the ring itself moves signing to a new key once it is active
+	if old == nil || !slices.Equal(old.KeyIDs(), ring.KeyIDs()) {
 		k.log.Info("signing keys loaded", "keys", ring.KeyIDs())
 	}
-	k.keys.Store(ring) // the ring itself moves signing to a new key once it is active
+	if s.ResourceVersion != k.loaded {
+		k.loaded = s.ResourceVersion
+		k.changes.notify(k.secret)
+	}
 	return ctrl.Result{}, nil
 }
 

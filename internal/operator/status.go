@@ -81,9 +81,8 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		sc := &sidecars.Items[i]
 		counts[sc.Name] = fleet.NewCounts()
 		revisions[sc.Name] = inject.Revision(&sc.Spec)
-		rev, ok := engine.Revision(sc.Name)
-		if ok && rev != revisions[sc.Name] || !ok && compiles(sc) {
-			engineStale = true // the engine controller has not caught up yet
+		if engineLags(engine, sc) {
+			engineStale = true
 		}
 	}
 	var pods corev1.PodList
@@ -171,6 +170,17 @@ func (r *statusReconciler) writeStatus(ctx context.Context, engine *inject.Engin
 }
 
 // compiles reports whether the engine can take a Sidecar it does not hold yet.
+// engineLags reports whether the engine controller has not caught up with sc
+// as it is now: judged by that engine, its pods would meet an old selection.
+func engineLags(engine *inject.Engine, sc *v1alpha1.Sidecar) bool {
+	rev, ok := engine.Revision(sc.Name)
+	if !ok {
+		return compiles(sc)
+	}
+	uid, _ := engine.UID(sc.Name)
+	return rev != inject.Revision(&sc.Spec) || uid != string(sc.UID)
+}
+
 func compiles(sc *v1alpha1.Sidecar) bool {
 	_, err := inject.New([]v1alpha1.Sidecar{*sc})
 	return err == nil
