@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +13,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
@@ -39,44 +39,62 @@ func newGrantGate(keys webhook.KeySource, engines webhook.EngineSource, namespac
 	return &grantGate{keys: keys, engines: engines, validated: sel, namespaces: namespaces, live: live}, nil
 }
 
-var errKeysNotLoaded = errors.New("the signing keys are not loaded yet")
-
-// notReady holds the controllers back until the keys and the engine are
-// loaded: judged without them, every grant would be withdrawn.
-func (g *grantGate) notReady() (ctrl.Result, bool) {
-	if g.keys.Ring() == nil || g.engines.Engine() == nil {
-		return ctrl.Result{RequeueAfter: time.Second}, true
-	}
-	return ctrl.Result{}, false
+// grantView is one pass's judge: the keys and engine loaded when it began,
+// so that no pass mixes a Sidecar's old rules with its new selection.
+type grantView struct {
+	gate   *grantGate
+	ring   *signing.Ring
+	engine *inject.Engine
 }
 
-// verify checks one record of a pod against the current Sidecar of its
-// name: what fleet.Judge calls for each.
-func (g *grantGate) verify(pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error {
-	ring, engine := g.keys.Ring(), g.engines.Engine()
-	if ring == nil || engine == nil {
-		return errKeysNotLoaded
-	}
-	uid, _ := engine.UID(rec.Name)
-	return ring.Verify(pod, uid, rec)
+// view holds the controllers back until the keys and the engine are loaded
+// (judged without them, every grant would be withdrawn), then fixes them for
+// one pass.
+func (g *grantGate) view() (*grantView, bool) {
+	v := &grantView{gate: g, ring: g.keys.Ring(), engine: g.engines.Engine()}
+	return v, v.ring != nil && v.engine != nil
+}
+
+// notLoaded is what a controller returns while view is not ready.
+var notLoaded = ctrl.Result{RequeueAfter: time.Second}
+
+// verify checks one record of a pod against the Sidecar of its name: what
+// fleet.Judge calls for each.
+func (v *grantView) verify(pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error {
+	uid, _ := v.engine.UID(rec.Name)
+	return v.ring.Verify(pod, uid, rec)
 }
 
 // grants reports whether the pod carries the grants of sidecar: its record
-// verifies, and the Sidecar as it is now still selects the pod there.
-func (g *grantGate) grants(ctx context.Context, pod *corev1.Pod, sidecar string) bool {
-	if fleet.Finished(pod) || !g.validates(ctx, pod.Namespace) {
+// verifies, and the Sidecar as compiled still selects the pod there.
+func (v *grantView) grants(ctx context.Context, pod *corev1.Pod, sidecar string) bool {
+	if fleet.Finished(pod) || !v.gate.validates(ctx, pod.Namespace) {
 		return false
 	}
-	engine := g.engines.Engine()
-	if engine == nil || !engine.Selects(sidecar, pod, func(ns string) (map[string]string, bool) { return g.namespaceLabels(ctx, ns) }) {
+	if !v.engine.Selects(sidecar, pod, func(ns string) (map[string]string, bool) { return v.gate.namespaceLabels(ctx, ns) }) {
 		return false
 	}
 	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
 		if rec.Name == sidecar {
-			return g.verify(pod, &rec) == nil
+			return v.verify(pod, &rec) == nil
 		}
 	}
 	return false
+}
+
+// lags reports whether the engine has not caught up with sc as it is now:
+// judged by it, pods would meet a selection that was dropped. A Sidecar
+// being deleted is left out of every engine, so never lags.
+func (v *grantView) lags(sc *v1alpha1.Sidecar) bool {
+	if !sc.DeletionTimestamp.IsZero() {
+		return false
+	}
+	rev, ok := v.engine.Revision(sc.Name)
+	if !ok {
+		return compiles(sc)
+	}
+	uid, _ := v.engine.UID(sc.Name)
+	return rev != inject.Revision(&sc.Spec) || uid != string(sc.UID)
 }
 
 // validates reports whether pods of the namespace are validated.

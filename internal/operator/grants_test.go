@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
@@ -12,7 +13,7 @@ import (
 
 // The grant controllers wait for an engine that holds the Sidecar as it is
 // now: judged by an older one, pods would meet a selection that was dropped.
-func TestEngineLags(t *testing.T) {
+func TestViewLags(t *testing.T) {
 	compiled := v1alpha1.Sidecar{
 		ObjectMeta: metav1.ObjectMeta{Name: "agent", UID: "uid-1"},
 		Spec: v1alpha1.SidecarSpec{
@@ -34,6 +35,7 @@ func TestEngineLags(t *testing.T) {
 		{"selector changed", func(sc *v1alpha1.Sidecar) { sc.Spec.Selector.MatchLabels["app"] = "y" }, true},
 		{"recreated under the same name", func(sc *v1alpha1.Sidecar) { sc.UID = "uid-2" }, true},
 		{"not compiled yet", func(sc *v1alpha1.Sidecar) { sc.Name = "other" }, true},
+		{"being deleted, so left out", func(sc *v1alpha1.Sidecar) { sc.Name = "other"; now := metav1.Now(); sc.DeletionTimestamp = &now }, false},
 		{"invalid, so never compiled", func(sc *v1alpha1.Sidecar) {
 			sc.Name = "other"
 			sc.Spec.Containers = append(sc.Spec.Containers, sc.Spec.Containers[0]) // two of one name
@@ -42,8 +44,42 @@ func TestEngineLags(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := compiled.DeepCopy()
 			tc.change(sc)
-			if got := engineLags(engine, sc); got != tc.lags {
-				t.Errorf("engineLags = %v, want %v", got, tc.lags)
+			view := &grantView{engine: engine}
+			if got := view.lags(sc); got != tc.lags {
+				t.Errorf("lags = %v, want %v", got, tc.lags)
+			}
+		})
+	}
+}
+
+// Pod updates that can change a grant reach the grant controllers; the
+// status churn of running pods does not.
+func TestInjectionChanged(t *testing.T) {
+	base := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.AnnotationStatus: `{"sidecars":[{"name":"agent"}]}`}},
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "native", Image: "native:1"}},
+			Containers:     []corev1.Container{{Name: "app", Image: "app:1"}, {Name: "agent", Image: "agent:1"}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*corev1.Pod)
+		passes bool
+	}{
+		{"status only", func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.1" }, false},
+		{"a label", func(p *corev1.Pod) { p.Labels = map[string]string{"a": "b"} }, false},
+		{"the record", func(p *corev1.Pod) { p.Annotations[v1alpha1.AnnotationStatus] = `{}` }, true},
+		{"finished", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }, true},
+		{"an injected container's image", func(p *corev1.Pod) { p.Spec.Containers[1].Image = "attacker" }, true},
+		{"a native sidecar's image", func(p *corev1.Pod) { p.Spec.InitContainers[0].Image = "attacker" }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			changed := base.DeepCopy()
+			tc.change(changed)
+			if got := injectionChanged().Update(event.UpdateEvent{ObjectOld: base, ObjectNew: changed}); got != tc.passes {
+				t.Errorf("passes = %v, want %v", got, tc.passes)
 			}
 		})
 	}

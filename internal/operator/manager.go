@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -359,7 +360,7 @@ func addSigningKeyKeeper(mgr manager.Manager, opts Options, keys *webhook.Swappa
 			return nil
 		})).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
-		Complete(&signingKeyKeeper{client: mgr.GetClient(), secret: secret, activation: opts.SigningKeyActivation, keys: keys, changes: changes, log: log.WithName("signing-key")})
+		Complete(&signingKeyKeeper{client: mgr.GetClient(), live: mgr.GetAPIReader(), secret: secret, activation: opts.SigningKeyActivation, keys: keys, changes: changes, log: log.WithName("signing-key")})
 }
 
 // authorsChecker asks the apiserver, as each Sidecar's author, what they hold.
@@ -630,7 +631,9 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 }
 
 // injectionChanged passes pod events that can change a Sidecar's RBAC: the
-// injection record, the ServiceAccount (immutable, so only on create) or the
+// injection record, the ServiceAccount (immutable, so only on create), an
+// image (the one field a record's digest covers that a pod update may
+// change; with the webhook down under failurePolicy Ignore it may) or the
 // phase ending.
 func injectionChanged() predicate.Predicate {
 	return predicate.Funcs{
@@ -638,9 +641,14 @@ func injectionChanged() predicate.Predicate {
 			oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
 			newPod, ok2 := e.ObjectNew.(*corev1.Pod)
 			return !ok1 || !ok2 || oldPod.Annotations[v1alpha1.AnnotationStatus] != newPod.Annotations[v1alpha1.AnnotationStatus] ||
-				fleet.Finished(oldPod) != fleet.Finished(newPod)
+				fleet.Finished(oldPod) != fleet.Finished(newPod) ||
+				!sameImages(oldPod.Spec.Containers, newPod.Spec.Containers) || !sameImages(oldPod.Spec.InitContainers, newPod.Spec.InitContainers)
 		},
 	}
+}
+
+func sameImages(a, b []corev1.Container) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.Container) bool { return x.Name == y.Name && x.Image == y.Image })
 }
 
 func readOptional(path string) ([]byte, error) {

@@ -51,8 +51,9 @@ type pullSecretReconciler struct {
 }
 
 func (r *pullSecretReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	if res, wait := r.gate.notReady(); wait {
-		return res, nil
+	view, ok := r.gate.view()
+	if !ok {
+		return notLoaded, nil
 	}
 	var sidecars v1alpha1.SidecarList
 	if err := r.client.List(ctx, &sidecars); err != nil {
@@ -60,6 +61,7 @@ func (r *pullSecretReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (c
 	}
 	// want: namespace/name of each copy -> its source.
 	want := map[types.NamespacedName]v1alpha1.SecretReference{}
+	lagging := map[string]bool{} // copied-from of Sidecars the engine has not caught up with
 	for i := range sidecars.Items {
 		sc := &sidecars.Items[i]
 		ref := sc.Spec.ImagePullSecret
@@ -70,8 +72,11 @@ func (r *pullSecretReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (c
 			r.log.Info("not copying a pull secret", "sidecar", sc.Name, "reason", err.Error())
 			continue
 		}
-		if engineLags(r.gate.engines.Engine(), sc) {
-			return ctrl.Result{RequeueAfter: time.Second}, nil // copies follow the Sidecar the webhook injects
+		if view.lags(sc) {
+			// Copies follow the Sidecar the webhook injects: until it is
+			// compiled, its copies stay as they are and no new one is made.
+			lagging[ref.Namespace+"/"+ref.Name] = true
+			continue
 		}
 		var pods corev1.PodList
 		if err := r.client.List(ctx, &pods, client.MatchingFields{indexInjectedSidecars: sc.Name}, client.UnsafeDisableDeepCopy); err != nil {
@@ -79,7 +84,7 @@ func (r *pullSecretReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (c
 		}
 		for i := range pods.Items {
 			pod := &pods.Items[i]
-			if pod.Namespace != ref.Namespace && r.gate.grants(ctx, pod, sc.Name) {
+			if pod.Namespace != ref.Namespace && view.grants(ctx, pod, sc.Name) {
 				want[types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}] = *ref
 			}
 		}
@@ -110,12 +115,16 @@ func (r *pullSecretReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (c
 	}
 	for i := range copies.Items {
 		c := &copies.Items[i]
-		if _, ok := want[client.ObjectKeyFromObject(c)]; !ok {
+		if _, ok := want[client.ObjectKeyFromObject(c)]; !ok && !lagging[c.Annotations[AnnotationCopiedFrom]] {
 			r.log.Info("deleting pull secret copy", "secret", client.ObjectKeyFromObject(c).String())
 			errs = append(errs, client.IgnoreNotFound(r.client.Delete(ctx, c)))
 		}
 	}
-	return ctrl.Result{RequeueAfter: r.resync}, errors.Join(errs...)
+	next := r.resync
+	if len(lagging) > 0 {
+		next = time.Second
+	}
+	return ctrl.Result{RequeueAfter: next}, errors.Join(errs...)
 }
 
 func (r *pullSecretReconciler) applyCopy(ctx context.Context, key types.NamespacedName, ref v1alpha1.SecretReference, src *corev1.Secret) error {

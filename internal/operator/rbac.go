@@ -90,10 +90,11 @@ func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 		return ctrl.Result{}, nil
 	}
-	if res, wait := r.gate.notReady(); wait {
-		return res, nil
+	view, ok := r.gate.view()
+	if !ok {
+		return notLoaded, nil
 	}
-	if engineLags(r.gate.engines.Engine(), &sc) {
+	if view.lags(&sc) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil // the grants follow the Sidecar the webhook injects
 	}
 	orig := sc.DeepCopy()
@@ -104,7 +105,7 @@ func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 	}
 
-	err := r.sync(ctx, &sc)
+	err := r.sync(ctx, view, &sc)
 	var conflict *conflictError
 	switch {
 	case err == nil:
@@ -119,7 +120,7 @@ func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 }
 
 // sync makes the RBAC objects of one Sidecar match its injected pods.
-func (r *rbacReconciler) sync(ctx context.Context, sc *v1alpha1.Sidecar) error {
+func (r *rbacReconciler) sync(ctx context.Context, view *grantView, sc *v1alpha1.Sidecar) error {
 	var pods corev1.PodList
 	if err := r.client.List(ctx, &pods, client.MatchingFields{indexInjectedSidecars: sc.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return err
@@ -127,7 +128,7 @@ func (r *rbacReconciler) sync(ctx context.Context, sc *v1alpha1.Sidecar) error {
 	byNamespace := map[string]map[string]bool{} // namespace -> ServiceAccounts
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if !r.gate.grants(ctx, pod, sc.Name) {
+		if !view.grants(ctx, pod, sc.Name) {
 			continue
 		}
 		if byNamespace[pod.Namespace] == nil {

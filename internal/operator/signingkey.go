@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -38,7 +37,9 @@ const (
 // ring the webhook signs and the controllers verify with. Concurrent
 // replicas are serialized by the apiserver's create and resourceVersion.
 type signingKeyKeeper struct {
-	client     client.Client
+	client client.Client
+	// live reads the Secret when the cache, which holds only labelled ones, misses.
+	live       client.Reader
 	secret     types.NamespacedName
 	activation time.Duration
 	keys       *webhook.SwappableRing
@@ -76,27 +77,34 @@ func (k *signingKeyKeeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	var s corev1.Secret
 	err := k.client.Get(ctx, k.secret, &s)
 	if apierrors.IsNotFound(err) {
-		return ctrl.Result{}, k.create(ctx)
+		return ctrl.Result{}, k.createOrAdopt(ctx)
 	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if s.Annotations[v1alpha1.AnnotationRotate] == rotateKey {
-		name, secret, err := signing.NewKey(time.Now())
+	ring, err := signing.ParseRing(s.Data, k.activation)
+	if err != nil {
+		k.log.Error(err, "entries of the signing key Secret that are not keys verify nothing", "secret", k.secret.String())
+	}
+	// No key left (an admin deleted a leaked one) means a new one, which
+	// revokes every record signed before; never the old ring kept in memory.
+	if ring == nil || s.Annotations[v1alpha1.AnnotationRotate] == rotateKey {
+		name, secret, err := k.newKeyID(s.Data)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if _, taken := s.Data[name]; taken {
-			return ctrl.Result{RequeueAfter: time.Second}, nil // one key per second
+		if s.Data == nil {
+			s.Data = map[string][]byte{}
 		}
 		s.Data[name] = secret
 		delete(s.Annotations, v1alpha1.AnnotationRotate)
-		k.log.Info("adding a signing key", "secret", k.secret.String(), "key", name, "signsAfter", k.activation)
-		return ctrl.Result{}, k.client.Update(ctx, &s) // a conflict means another replica did it
-	}
-	ring, err := signing.ParseRing(s.Data, k.activation)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("secret %s: %w", k.secret, err)
+		k.log.Info("adding a signing key", "secret", k.secret.String(), "key", name, "signsAfter", k.activation, "onlyKey", ring == nil)
+		if err := k.client.Update(ctx, &s); err != nil {
+			return ctrl.Result{}, err // a conflict means another replica did it
+		}
+		if ring, err = signing.ParseRing(s.Data, k.activation); ring == nil {
+			return ctrl.Result{}, err
+		}
 	}
 	old := k.keys.Ring()
 	k.keys.Store(ring) // the ring itself moves signing to a new key once it is active
@@ -108,6 +116,40 @@ func (k *signingKeyKeeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		k.changes.notify(k.secret)
 	}
 	return ctrl.Result{}, nil
+}
+
+// newKeyID makes a key whose ID no key in data or in memory has: an ID
+// names one secret, even after an admin deleted the key of that ID.
+func (k *signingKeyKeeper) newKeyID(data map[string][]byte) (string, []byte, error) {
+	var loaded []string
+	if ring := k.keys.Ring(); ring != nil {
+		loaded = ring.KeyIDs()
+	}
+	for at := time.Now(); ; at = at.Add(time.Second) {
+		name, secret, err := signing.NewKey(at)
+		if _, inData := data[name]; err != nil || !inData && !slices.Contains(loaded, name) {
+			return name, secret, err
+		}
+	}
+}
+
+// createOrAdopt makes the key Secret, or labels one made by hand: the cache,
+// and so the watch, holds only labelled Secrets.
+func (k *signingKeyKeeper) createOrAdopt(ctx context.Context) error {
+	var s corev1.Secret
+	err := k.live.Get(ctx, k.secret, &s)
+	if apierrors.IsNotFound(err) {
+		return k.create(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if s.Labels == nil {
+		s.Labels = map[string]string{}
+	}
+	s.Labels[LabelManagedBy] = managedBy
+	k.log.Info("labelling the signing key Secret so that the operator watches it", "secret", k.secret.String(), "label", LabelManagedBy+"="+managedBy)
+	return k.client.Update(ctx, &s) // its watch event loads it
 }
 
 func (k *signingKeyKeeper) create(ctx context.Context) error {

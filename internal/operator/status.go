@@ -63,13 +63,11 @@ type statusReconciler struct {
 }
 
 func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	engine := r.engines.Engine()
-	if engine == nil {
-		return ctrl.Result{RequeueAfter: time.Second}, nil
+	view, ok := r.gate.view()
+	if !ok {
+		return notLoaded, nil
 	}
-	if res, wait := r.gate.notReady(); wait {
-		return res, nil
-	}
+	engine := view.engine
 	var sidecars v1alpha1.SidecarList
 	if err := r.client.List(ctx, &sidecars); err != nil {
 		return ctrl.Result{}, err
@@ -81,7 +79,7 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		sc := &sidecars.Items[i]
 		counts[sc.Name] = fleet.NewCounts()
 		revisions[sc.Name] = inject.Revision(&sc.Spec)
-		if engineLags(engine, sc) {
+		if view.lags(sc) {
 			engineStale = true
 		}
 	}
@@ -95,7 +93,7 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		Revision:        func(name string) (string, bool) { rev, ok := revisions[name]; return rev, ok },
 		NamespaceLabels: r.nsLabels,
 		Excluded:        r.excluded,
-		Verify:          r.gate.verify,
+		Verify:          view.verify,
 	}
 	seen := sets.New[string]()
 	var states []fleet.PodSidecar
@@ -112,7 +110,7 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 			case fleet.Unverified:
 				key := string(pod.UID) + "/" + st.Sidecar + "/unverified"
 				seen.Insert(key)
-				r.reportUnverified(key, pod, st.Sidecar)
+				r.reportUnverified(view, key, pod, st.Sidecar)
 			}
 		}
 	}
@@ -170,17 +168,6 @@ func (r *statusReconciler) writeStatus(ctx context.Context, engine *inject.Engin
 }
 
 // compiles reports whether the engine can take a Sidecar it does not hold yet.
-// engineLags reports whether the engine controller has not caught up with sc
-// as it is now: judged by that engine, its pods would meet an old selection.
-func engineLags(engine *inject.Engine, sc *v1alpha1.Sidecar) bool {
-	rev, ok := engine.Revision(sc.Name)
-	if !ok {
-		return compiles(sc)
-	}
-	uid, _ := engine.UID(sc.Name)
-	return rev != inject.Revision(&sc.Spec) || uid != string(sc.UID)
-}
-
 func compiles(sc *v1alpha1.Sidecar) bool {
 	_, err := inject.New([]v1alpha1.Sidecar{*sc})
 	return err == nil
@@ -205,14 +192,14 @@ func (r *statusReconciler) firstReport(key string) bool {
 
 // reportUnverified tells, once per pod, that a pod's record for a Sidecar
 // does not verify, on the pod itself: it gets none of the Sidecar's grants.
-func (r *statusReconciler) reportUnverified(key string, pod *corev1.Pod, sidecar string) {
+func (r *statusReconciler) reportUnverified(view *grantView, key string, pod *corev1.Pod, sidecar string) {
 	if !r.firstReport(key) {
 		return
 	}
 	reason := "it cannot be verified"
 	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
 		if rec.Name == sidecar {
-			if err := r.gate.verify(pod, &rec); err != nil {
+			if err := view.verify(pod, &rec); err != nil {
 				reason = err.Error()
 			}
 		}

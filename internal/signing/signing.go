@@ -74,24 +74,28 @@ func NewKey(now time.Time) (name string, secret []byte, err error) {
 }
 
 // ParseRing reads the key Secret's data. Every entry must be a key named as
-// NewKey names them.
+// NewKey names them; entries that are not are left out of the ring and named
+// in the error. The ring is nil when no entry is a key.
 func ParseRing(data map[string][]byte, activation time.Duration) (*Ring, error) {
 	r := &Ring{activation: activation}
+	var bad []error
 	for name, secret := range data {
 		unix, err := strconv.ParseInt(strings.TrimPrefix(name, keyPrefix), 10, 64)
-		if !strings.HasPrefix(name, keyPrefix) || err != nil {
-			return nil, fmt.Errorf("key %q: want k<unix seconds>", name)
+		switch {
+		case !strings.HasPrefix(name, keyPrefix) || err != nil:
+			bad = append(bad, fmt.Errorf("key %q: want k<unix seconds>", name))
+		case len(secret) < KeySize:
+			bad = append(bad, fmt.Errorf("key %q: %d bytes, want at least %d", name, len(secret), KeySize))
+		default:
+			r.keys = append(r.keys, newKey(name, time.Unix(unix, 0), secret))
 		}
-		if len(secret) < KeySize {
-			return nil, fmt.Errorf("key %q: %d bytes, want at least %d", name, len(secret), KeySize)
-		}
-		r.keys = append(r.keys, newKey(name, time.Unix(unix, 0), secret))
 	}
+	slices.SortFunc(bad, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	if len(r.keys) == 0 {
-		return nil, errors.New("no signing key")
+		return nil, errors.Join(append(bad, errors.New("no signing key"))...)
 	}
 	slices.SortFunc(r.keys, func(a, b key) int { return a.created.Compare(b.created) })
-	return r, nil
+	return r, errors.Join(bad...)
 }
 
 // KeyIDs lists the keys, oldest first.

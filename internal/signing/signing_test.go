@@ -3,6 +3,7 @@ package signing
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -126,14 +127,27 @@ func TestParseRing(t *testing.T) {
 		name string
 		data map[string][]byte
 		want string
+		keys []string // what the ring holds despite the error
 	}{
 		{name: "empty", want: "no signing key"},
 		{name: "a foreign entry", data: map[string][]byte{"tls.key": secretOf(1)}, want: `key "tls.key": want k<unix seconds>`},
 		{name: "a short key", data: map[string][]byte{"k1": []byte("short")}, want: "5 bytes, want at least 32"},
+		{
+			name: "a short key beside a good one", data: map[string][]byte{"k1": []byte("short"), "k2": secretOf(2)},
+			want: "5 bytes, want at least 32", keys: []string{"k2"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := ParseRing(tc.data, 0); err == nil || !strings.Contains(err.Error(), tc.want) {
+			r, err := ParseRing(tc.data, 0)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+			var keys []string
+			if r != nil {
+				keys = r.KeyIDs()
+			}
+			if !slices.Equal(keys, tc.keys) {
+				t.Fatalf("the ring holds %v, want %v: a bad entry verifies nothing, a good one still does", keys, tc.keys)
 			}
 		})
 	}

@@ -313,68 +313,83 @@ func TestReviewAuthorInjectsIntoNamespacesTheyCannotUse(t *testing.T) {
 }
 
 // The README: "Deleting an old key from the Secret revokes the grants of the
-// pods it signed", at once, not when something else touches the Sidecar.
+// pods it signed", at once, not when something else touches the Sidecar;
+// and however the key is taken away, the old one is never kept.
 func TestReviewDeletedSigningKeyRevokesGrants(t *testing.T) {
-	ctx := context.Background()
-	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
-	applyServed(t, sc)
-	ns, tenantClient := tenant(t, nil)
-	pod := tenantSelectedPod(t, tenantClient, sc, ns)
-	waitBinding(t, sc, ns, ns+"/default")
-
-	var oldID string
-	for _, r := range inject.InjectedSidecars(pod.Annotations) {
-		if r.Name == sc.Name {
-			oldID, _, _ = strings.Cut(r.Signature, ".")
-		}
-	}
-
-	// The admin replaces every key by a fresh one: the old key is deleted.
-	var s corev1.Secret
-	key := client.ObjectKey{Namespace: operatorNamespace, Name: operator.DefaultSigningKeySecret}
-	if err := k8s.Get(ctx, key, &s); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := s.Data[oldID]; !ok {
-		t.Fatalf("test setup: the pod's record is signed by %q, not in the key Secret (%v)", oldID, s.Data)
-	}
-	var name string
-	var secret []byte
-	for at := time.Now(); ; at = at.Add(time.Second) {
-		var err error
-		if name, secret, err = signing.NewKey(at); err != nil {
-			t.Fatal(err)
-		}
-		if _, taken := s.Data[name]; !taken {
-			break
-		}
-	}
-	s.Data = map[string][]byte{name: secret}
-	if err := k8s.Update(ctx, &s); err != nil {
-		t.Fatal(err)
-	}
-	// The webhook signs with the new key: the ring without the old one is loaded.
-	eventually(t, 20*time.Second, func() error {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{"app": sc.Name}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "p", Image: "p"}}}}
-		if err := k8s.Create(ctx, p, client.DryRunAll); err != nil {
-			return err
-		}
-		for _, r := range inject.InjectedSidecars(p.Annotations) {
-			if r.Name == sc.Name && strings.HasPrefix(r.Signature, name+".") {
-				return nil
+	freshKey := func(t *testing.T, taken map[string][]byte) map[string][]byte {
+		for at := time.Now(); ; at = at.Add(time.Second) {
+			name, secret, err := signing.NewKey(at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := taken[name]; !ok {
+				return map[string][]byte{name: secret}
 			}
 		}
-		return fmt.Errorf("the webhook does not sign with %s yet: %v", name, p.Annotations)
-	})
-	gone := within(15*time.Second, func() bool {
-		var rb rbacv1.RoleBinding
-		return isNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: operator.RoleName(sc.Name)}, &rb))
-	})
-	if !gone {
-		var rb rbacv1.RoleBinding
-		_ = k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: operator.RoleName(sc.Name)}, &rb)
-		t.Errorf("signing key %s was deleted 15s ago, yet pod %s/%s, whose record only it signed, still has %s's rules: RoleBinding subjects %v, pods/exec %v",
-			oldID, ns, pod.Name, sc.Name, subjectNames(rb.Subjects), canExec(t, ns, "default", ns))
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, s *corev1.Secret)
+	}{
+		{"replaced by a fresh key", func(t *testing.T, s *corev1.Secret) { s.Data = freshKey(t, s.Data) }},
+		{"every key deleted", func(_ *testing.T, s *corev1.Secret) { s.Data = nil }},
+		{"only a malformed entry left", func(_ *testing.T, s *corev1.Secret) { s.Data = map[string][]byte{"k1": []byte("short")} }},
+		{"replaced, and the Secret unlabelled", func(t *testing.T, s *corev1.Secret) {
+			s.Data = freshKey(t, s.Data)
+			delete(s.Labels, operator.LabelManagedBy)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
+			applyServed(t, sc)
+			ns, tenantClient := tenant(t, nil)
+			pod := tenantSelectedPod(t, tenantClient, sc, ns)
+			waitBinding(t, sc, ns, ns+"/default")
+			signedBy := func(p *corev1.Pod) string {
+				for _, r := range inject.InjectedSidecars(p.Annotations) {
+					if r.Name == sc.Name {
+						id, _, _ := strings.Cut(r.Signature, ".")
+						return id
+					}
+				}
+				return ""
+			}
+			oldID := signedBy(pod)
+
+			var s corev1.Secret
+			key := client.ObjectKey{Namespace: operatorNamespace, Name: operator.DefaultSigningKeySecret}
+			if err := k8s.Get(ctx, key, &s); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := s.Data[oldID]; !ok {
+				t.Fatalf("test setup: the pod's record is signed by %q, not in the key Secret (%v)", oldID, s.Data)
+			}
+			tc.change(t, &s)
+			if err := k8s.Update(ctx, &s); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 20*time.Second, func() error {
+				p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{"app": sc.Name}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "p", Image: "p"}}}}
+				if err := k8s.Create(ctx, p, client.DryRunAll); err != nil {
+					return err
+				}
+				if id := signedBy(p); id == oldID || id == "" {
+					return fmt.Errorf("the webhook still signs with %q: %v", id, p.Annotations)
+				}
+				return nil
+			})
+			gone := within(15*time.Second, func() bool {
+				var rb rbacv1.RoleBinding
+				return isNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: operator.RoleName(sc.Name)}, &rb))
+			})
+			if !gone {
+				var rb rbacv1.RoleBinding
+				_ = k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: operator.RoleName(sc.Name)}, &rb)
+				t.Errorf("signing key %s was taken away 15s ago, yet pod %s/%s, whose record only it signed, still has %s's rules: RoleBinding subjects %v, pods/exec %v",
+					oldID, ns, pod.Name, sc.Name, subjectNames(rb.Subjects), canExec(t, ns, "default", ns))
+			}
+		})
 	}
 }
