@@ -78,6 +78,7 @@ func MutatingWebhookConfiguration(name string, target WebhookTarget, caBundle []
 				{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: excluded},
 				{Key: LabelWebhook, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"disabled"}},
 			}},
+			ObjectSelector: &metav1.LabelSelector{},
 		}},
 	}
 }
@@ -101,6 +102,9 @@ func ValidatingWebhookConfiguration(name string, target WebhookTarget, caBundle 
 		FailurePolicy:           ptr.To(failurePolicy),
 		MatchPolicy:             ptr.To(admissionv1.Equivalent),
 		TimeoutSeconds:          ptr.To[int32](10),
+		// The apiserver's defaults, so that the stored object equals this one.
+		NamespaceSelector: &metav1.LabelSelector{},
+		ObjectSelector:    &metav1.LabelSelector{},
 	}
 	sidecars, pods := common, common
 	sidecars.Name = "sidecars.sidecar-operator.io"
