@@ -334,8 +334,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			default:
 				return errors.New("waiting for the cache")
 			}
-			if keys.Ring() == nil {
-				return fmt.Errorf("waiting for the signing key in Secret %s/%s (labelled %s=%s)", opts.Namespace, opts.SigningKeySecret, LabelManagedBy, managedBy)
+			if ring := keys.Ring(); ring == nil || ring.Empty() {
+				return fmt.Errorf("waiting for a signing key in Secret %s/%s (Opaque, labelled %s=%s; the log says what is wrong)", opts.Namespace, opts.SigningKeySecret, LabelManagedBy, managedBy)
 			}
 			return published(ctx)
 		},
@@ -360,7 +360,7 @@ func addSigningKeyKeeper(mgr manager.Manager, opts Options, keys *webhook.Swappa
 			return nil
 		})).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
-		Complete(&signingKeyKeeper{client: mgr.GetClient(), live: mgr.GetAPIReader(), secret: secret, activation: opts.SigningKeyActivation, keys: keys, changes: changes, log: log.WithName("signing-key")})
+		Complete(&signingKeyKeeper{client: mgr.GetClient(), live: mgr.GetAPIReader(), secret: secret, activation: opts.SigningKeyActivation, keys: keys, changes: changes, seen: sets.New[string](), log: log.WithName("signing-key")})
 }
 
 // authorsChecker asks the apiserver, as each Sidecar's author, what they hold.

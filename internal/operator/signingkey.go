@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -46,7 +48,8 @@ type signingKeyKeeper struct {
 	// changes hears of every new version of the Secret: a key deleted or
 	// replaced under its ID withdraws what it signed.
 	changes *ringChanges
-	loaded  string // the Secret's resourceVersion in keys
+	loaded  string           // the Secret's resourceVersion in keys
+	seen    sets.Set[string] // every key ID loaded
 	log     logr.Logger
 }
 
@@ -82,13 +85,10 @@ func (k *signingKeyKeeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	ring, err := signing.ParseRing(s.Data, k.activation)
-	if err != nil {
-		k.log.Error(err, "entries of the signing key Secret that are not keys verify nothing", "secret", k.secret.String())
-	}
+	ring := k.load(&s)
 	// No key left (an admin deleted a leaked one) means a new one, which
-	// revokes every record signed before; never the old ring kept in memory.
-	if ring == nil || s.Annotations[v1alpha1.AnnotationRotate] == rotateKey {
+	// revokes every record signed before.
+	if ring.Empty() && s.Type == corev1.SecretTypeOpaque || s.Annotations[v1alpha1.AnnotationRotate] == rotateKey {
 		name, secret, err := k.newKeyID(s.Data)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -98,14 +98,29 @@ func (k *signingKeyKeeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		}
 		s.Data[name] = secret
 		delete(s.Annotations, v1alpha1.AnnotationRotate)
-		k.log.Info("adding a signing key", "secret", k.secret.String(), "key", name, "signsAfter", k.activation, "onlyKey", ring == nil)
+		k.log.Info("adding a signing key", "secret", k.secret.String(), "key", name, "signsAfter", k.activation, "onlyKey", ring.Empty())
 		if err := k.client.Update(ctx, &s); err != nil {
 			return ctrl.Result{}, err // a conflict means another replica did it
 		}
-		if ring, err = signing.ParseRing(s.Data, k.activation); ring == nil {
-			return ctrl.Result{}, err
-		}
+		k.load(&s)
 	}
+	return ctrl.Result{}, nil
+}
+
+// load puts the keys s holds in use, before any repair of s is tried: a key
+// taken away stops verifying now, even while writing a new one fails. A
+// Secret of another type than Opaque holds no usable key, since it could
+// be named as a pull secret and copied.
+func (k *signingKeyKeeper) load(s *corev1.Secret) *signing.Ring {
+	ring, err := signing.ParseRing(s.Data, k.activation)
+	if s.Type != corev1.SecretTypeOpaque {
+		ring, _ = signing.ParseRing(nil, k.activation)
+		err = fmt.Errorf("type %q, want %q: recreate it as Opaque", s.Type, corev1.SecretTypeOpaque)
+	}
+	if err != nil {
+		k.log.Error(err, "the signing key Secret holds entries that are not usable keys; they verify nothing", "secret", k.secret.String())
+	}
+	k.seen.Insert(ring.KeyIDs()...)
 	old := k.keys.Ring()
 	k.keys.Store(ring) // the ring itself moves signing to a new key once it is active
 	if old == nil || !slices.Equal(old.KeyIDs(), ring.KeyIDs()) {
@@ -115,45 +130,53 @@ func (k *signingKeyKeeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 		k.loaded = s.ResourceVersion
 		k.changes.notify(k.secret)
 	}
-	return ctrl.Result{}, nil
+	return ring
 }
 
-// newKeyID makes a key whose ID no key in data or in memory has: an ID
-// names one secret, even after an admin deleted the key of that ID.
+// newKeyID makes a key whose ID no key in data has, nor any this replica
+// loaded: an ID names one secret, even after an admin deleted its key.
 func (k *signingKeyKeeper) newKeyID(data map[string][]byte) (string, []byte, error) {
-	var loaded []string
-	if ring := k.keys.Ring(); ring != nil {
-		loaded = ring.KeyIDs()
-	}
 	for at := time.Now(); ; at = at.Add(time.Second) {
 		name, secret, err := signing.NewKey(at)
-		if _, inData := data[name]; err != nil || !inData && !slices.Contains(loaded, name) {
+		if _, inData := data[name]; err != nil || !inData && !k.seen.Has(name) {
 			return name, secret, err
 		}
 	}
 }
 
 // createOrAdopt makes the key Secret, or labels one made by hand: the cache,
-// and so the watch, holds only labelled Secrets.
+// and so the watch, holds only labelled Secrets. Until then, the keys in use
+// are what the apiserver holds: none when the Secret is gone.
 func (k *signingKeyKeeper) createOrAdopt(ctx context.Context) error {
 	var s corev1.Secret
 	err := k.live.Get(ctx, k.secret, &s)
 	if apierrors.IsNotFound(err) {
+		k.load(&corev1.Secret{Type: corev1.SecretTypeOpaque})
 		return k.create(ctx)
 	}
 	if err != nil {
 		return err
+	}
+	if by, labelled := s.Labels[LabelManagedBy]; labelled && by != managedBy {
+		// Another manager would take the label back: no fight, no keys.
+		k.load(&corev1.Secret{Type: corev1.SecretTypeOpaque, ObjectMeta: metav1.ObjectMeta{ResourceVersion: s.ResourceVersion}})
+		k.log.Error(nil, "the signing key Secret is managed by another; no record verifies until it is labelled as the operator's",
+			"secret", k.secret.String(), LabelManagedBy, by)
+		return nil // labelled as ours, it enters the cache and comes here
+	}
+	if k.load(&s); s.Type != corev1.SecretTypeOpaque {
+		return nil // load said why; the type cannot be changed
 	}
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
 	}
 	s.Labels[LabelManagedBy] = managedBy
 	k.log.Info("labelling the signing key Secret so that the operator watches it", "secret", k.secret.String(), "label", LabelManagedBy+"="+managedBy)
-	return k.client.Update(ctx, &s) // its watch event loads it
+	return k.client.Update(ctx, &s) // its watch event brings it here
 }
 
 func (k *signingKeyKeeper) create(ctx context.Context) error {
-	name, secret, err := signing.NewKey(time.Now())
+	name, secret, err := k.newKeyID(nil)
 	if err != nil {
 		return err
 	}

@@ -75,7 +75,8 @@ func NewKey(now time.Time) (name string, secret []byte, err error) {
 
 // ParseRing reads the key Secret's data. Every entry must be a key named as
 // NewKey names them; entries that are not are left out of the ring and named
-// in the error. The ring is nil when no entry is a key.
+// in the error. With no key at all the ring is empty: it verifies nothing
+// and signs nothing.
 func ParseRing(data map[string][]byte, activation time.Duration) (*Ring, error) {
 	r := &Ring{activation: activation}
 	var bad []error
@@ -92,11 +93,14 @@ func ParseRing(data map[string][]byte, activation time.Duration) (*Ring, error) 
 	}
 	slices.SortFunc(bad, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	if len(r.keys) == 0 {
-		return nil, errors.Join(append(bad, errors.New("no signing key"))...)
+		bad = append(bad, errors.New("no signing key"))
 	}
 	slices.SortFunc(r.keys, func(a, b key) int { return a.created.Compare(b.created) })
 	return r, errors.Join(bad...)
 }
+
+// Empty reports whether the ring holds no key.
+func (r *Ring) Empty() bool { return len(r.keys) == 0 }
 
 // KeyIDs lists the keys, oldest first.
 func (r *Ring) KeyIDs() []string {
@@ -148,6 +152,10 @@ func message(dst []byte, namespace, serviceAccount, sidecarUID string, rec *v1al
 // under the same name does not inherit the records of the old one.
 // rec.Containers and rec.Digest must already say what was injected.
 func (r *Ring) Sign(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) {
+	if r.Empty() {
+		rec.Signature = "" // a record no ring verifies
+		return
+	}
 	k := r.signer(time.Now())
 	var buf [512]byte
 	msg := message(buf[:0], namespace, serviceAccount, sidecarUID, rec)

@@ -125,8 +125,8 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var signer inject.Signer
 	if m.Keys != nil {
 		ring := m.Keys.Ring()
-		if ring == nil {
-			http.Error(w, "the signing key is not loaded yet", http.StatusServiceUnavailable)
+		if ring == nil || ring.Empty() {
+			http.Error(w, "no signing key is loaded", http.StatusServiceUnavailable)
 			return
 		}
 		signer = ring

@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -314,7 +315,8 @@ func TestReviewAuthorInjectsIntoNamespacesTheyCannotUse(t *testing.T) {
 
 // The README: "Deleting an old key from the Secret revokes the grants of the
 // pods it signed", at once, not when something else touches the Sidecar;
-// and however the key is taken away, the old one is never kept.
+// and however the key is taken away, even when the operator cannot write a
+// new one, the old one is never kept.
 func TestReviewDeletedSigningKeyRevokesGrants(t *testing.T) {
 	freshKey := func(t *testing.T, taken map[string][]byte) map[string][]byte {
 		for at := time.Now(); ; at = at.Add(time.Second) {
@@ -327,20 +329,55 @@ func TestReviewDeletedSigningKeyRevokesGrants(t *testing.T) {
 			}
 		}
 	}
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: operatorNamespace, Name: operator.DefaultSigningKeySecret}
+	update := func(change func(*corev1.Secret)) func(t *testing.T) {
+		return func(t *testing.T) {
+			t.Helper()
+			var s corev1.Secret
+			if err := k8s.Get(ctx, key, &s); err != nil {
+				t.Fatal(err)
+			}
+			change(&s)
+			if err := k8s.Update(ctx, &s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	deleteSecret := func(t *testing.T) {
+		t.Helper()
+		if err := k8s.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
-		name   string
-		change func(t *testing.T, s *corev1.Secret)
+		name string
+		// take takes the pod's key away; restore, if set, lets the
+		// operator sign again, with the old key if restoresKey.
+		take, restore func(t *testing.T)
+		restoresKey   bool
 	}{
-		{"replaced by a fresh key", func(t *testing.T, s *corev1.Secret) { s.Data = freshKey(t, s.Data) }},
-		{"every key deleted", func(_ *testing.T, s *corev1.Secret) { s.Data = nil }},
-		{"only a malformed entry left", func(_ *testing.T, s *corev1.Secret) { s.Data = map[string][]byte{"k1": []byte("short")} }},
-		{"replaced, and the Secret unlabelled", func(t *testing.T, s *corev1.Secret) {
+		{name: "replaced by a fresh key", take: update(func(s *corev1.Secret) { s.Data = freshKey(t, s.Data) })},
+		{name: "every key deleted", take: update(func(s *corev1.Secret) { s.Data = nil })},
+		{name: "only a malformed entry left", take: update(func(s *corev1.Secret) { s.Data = map[string][]byte{"k1": []byte("short")} })},
+		{name: "replaced, and the Secret unlabelled", take: update(func(s *corev1.Secret) {
 			s.Data = freshKey(t, s.Data)
 			delete(s.Labels, operator.LabelManagedBy)
-		}},
+		})},
+		{name: "the Secret deleted", take: deleteSecret},
+		{
+			name:    "emptied and made immutable, so no key can be added",
+			take:    update(func(s *corev1.Secret) { s.Data, s.Immutable = nil, ptr.To(true) }),
+			restore: deleteSecret,
+		},
+		{
+			name:        "claimed by another manager, keys and all",
+			take:        update(func(s *corev1.Secret) { s.Labels[operator.LabelManagedBy] = "Helm" }),
+			restore:     update(func(s *corev1.Secret) { s.Labels[operator.LabelManagedBy] = "sidecar-operator" }),
+			restoresKey: true,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
 			sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
 			applyServed(t, sc)
 			ns, tenantClient := tenant(t, nil)
@@ -356,30 +393,15 @@ func TestReviewDeletedSigningKeyRevokesGrants(t *testing.T) {
 				return ""
 			}
 			oldID := signedBy(pod)
-
 			var s corev1.Secret
-			key := client.ObjectKey{Namespace: operatorNamespace, Name: operator.DefaultSigningKeySecret}
 			if err := k8s.Get(ctx, key, &s); err != nil {
 				t.Fatal(err)
 			}
 			if _, ok := s.Data[oldID]; !ok {
 				t.Fatalf("test setup: the pod's record is signed by %q, not in the key Secret (%v)", oldID, s.Data)
 			}
-			tc.change(t, &s)
-			if err := k8s.Update(ctx, &s); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, 20*time.Second, func() error {
-				p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{"app": sc.Name}},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "p", Image: "p"}}}}
-				if err := k8s.Create(ctx, p, client.DryRunAll); err != nil {
-					return err
-				}
-				if id := signedBy(p); id == oldID || id == "" {
-					return fmt.Errorf("the webhook still signs with %q: %v", id, p.Annotations)
-				}
-				return nil
-			})
+
+			tc.take(t)
 			gone := within(15*time.Second, func() bool {
 				var rb rbacv1.RoleBinding
 				return isNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: operator.RoleName(sc.Name)}, &rb))
@@ -390,6 +412,21 @@ func TestReviewDeletedSigningKeyRevokesGrants(t *testing.T) {
 				t.Errorf("signing key %s was taken away 15s ago, yet pod %s/%s, whose record only it signed, still has %s's rules: RoleBinding subjects %v, pods/exec %v",
 					oldID, ns, pod.Name, sc.Name, subjectNames(rb.Subjects), canExec(t, ns, "default", ns))
 			}
+			if tc.restore != nil {
+				tc.restore(t)
+			}
+			// The operator signs again, for the tests after.
+			eventually(t, 20*time.Second, func() error {
+				p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{"app": sc.Name}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "p", Image: "p"}}}}
+				if err := k8s.Create(ctx, p, client.DryRunAll); err != nil {
+					return err
+				}
+				if id := signedBy(p); id == "" || id == oldID && !tc.restoresKey {
+					return fmt.Errorf("the webhook signs with %q: %v", id, p.Annotations)
+				}
+				return nil
+			})
 		})
 	}
 }
