@@ -84,11 +84,7 @@ func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			return ctrl.Result{}, err
 		}
 		r.conditions.forget(sc.Name)
-		orig := sc.DeepCopy()
-		if controllerutil.RemoveFinalizer(&sc, rbacFinalizer) {
-			return ctrl.Result{}, client.IgnoreNotFound(r.client.Patch(ctx, &sc, client.MergeFrom(orig)))
-		}
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.patchFinalizer(ctx, &sc, controllerutil.RemoveFinalizer)
 	}
 	view, ok := r.gate.view()
 	if !ok {
@@ -97,10 +93,11 @@ func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if view.lags(&sc) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil // the grants follow the Sidecar the webhook injects
 	}
-	orig := sc.DeepCopy()
-	if controllerutil.AddFinalizer(&sc, rbacFinalizer) {
-		// A patch, not an update: the status controller writes the same object.
-		if err := r.client.Patch(ctx, &sc, client.MergeFrom(orig)); err != nil {
+	// Only a Sidecar that grants owns something to clean up: one without a
+	// finalizer can be deleted with the operator gone.
+	grants := sc.Spec.RBAC != nil && (len(sc.Spec.RBAC.Rules) > 0 || len(sc.Spec.RBAC.ClusterRules) > 0)
+	if grants {
+		if err := r.patchFinalizer(ctx, &sc, controllerutil.AddFinalizer); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -110,13 +107,31 @@ func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	switch {
 	case err == nil:
 		r.conditions.set(sc.Name, metav1.ConditionTrue, "Granted", "RBAC objects are in place")
+		if !grants { // everything it owned is gone now
+			return ctrl.Result{}, r.patchFinalizer(ctx, &sc, controllerutil.RemoveFinalizer)
+		}
 	case errors.As(err, &conflict):
 		r.conditions.set(sc.Name, metav1.ConditionFalse, "NameConflict", err.Error())
-		return ctrl.Result{}, nil // retried when the object changes or goes
+		// The cache holds only owned objects, so the other's going is not
+		// seen: look again now and then.
+		return ctrl.Result{RequeueAfter: conflictRecheck}, nil
 	default:
 		r.conditions.set(sc.Name, metav1.ConditionFalse, "Error", err.Error())
 	}
 	return ctrl.Result{}, err
+}
+
+// conflictRecheck is how often a NameConflict is looked at again.
+const conflictRecheck = time.Minute
+
+// patchFinalizer adds or removes the RBAC finalizer; a patch, not an update,
+// since the status controller writes the same object.
+func (r *rbacReconciler) patchFinalizer(ctx context.Context, sc *v1alpha1.Sidecar, change func(client.Object, string) bool) error {
+	orig := sc.DeepCopy()
+	if !change(sc, rbacFinalizer) {
+		return nil
+	}
+	return client.IgnoreNotFound(r.client.Patch(ctx, sc, client.MergeFrom(orig)))
 }
 
 // sync makes the RBAC objects of one Sidecar match its injected pods.

@@ -344,3 +344,34 @@ func TestStatusCountsInjectedOutdatedAndMissedPods(t *testing.T) {
 	updateSidecar(t, sc, func(sc *v1alpha1.Sidecar) { sc.Spec.Containers[0].Image = "registry.example.com/xxl-agent:1.5.0" })
 	waitStatus(2, 1, 1, 1)
 }
+
+// Only a Sidecar that grants owns RBAC objects, so only it carries the
+// finalizer that removes them: any other can be deleted with the operator
+// gone (an uninstall does not hang).
+func TestFinalizerOnlyWhileGranting(t *testing.T) {
+	ctx := context.Background()
+	sc := agentSidecar(nil)
+	applySidecar(t, sc)
+	finalizers := func(want bool) {
+		t.Helper()
+		eventually(t, 20*time.Second, func() error {
+			var got v1alpha1.Sidecar
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
+				return err
+			}
+			c := apimeta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionRBACReady)
+			if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != got.Generation {
+				return fmt.Errorf("RBACReady %+v at generation %d", c, got.Generation)
+			}
+			if has := len(got.Finalizers) > 0; has != want {
+				return fmt.Errorf("finalizers %v, rbac %+v", got.Finalizers, got.Spec.RBAC)
+			}
+			return nil
+		})
+	}
+	finalizers(false)
+	updateSidecar(t, sc, func(s *v1alpha1.Sidecar) { s.Spec.RBAC = &v1alpha1.SidecarRBAC{Rules: execRules} })
+	finalizers(true)
+	updateSidecar(t, sc, func(s *v1alpha1.Sidecar) { s.Spec.RBAC = nil })
+	finalizers(false)
+}
