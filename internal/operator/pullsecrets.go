@@ -124,7 +124,13 @@ func (r *pullSecretReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (c
 	if len(lagging) > 0 {
 		next = time.Second
 	}
-	return ctrl.Result{RequeueAfter: next}, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		// Not returned: controller-runtime would drop the resync for its
+		// backoff (up to 17 minutes), and one hand-made Secret of a copy's
+		// name would stop every copy from following its source.
+		r.log.Error(err, "some pull secret copies are not in place", "retryIn", next)
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
 }
 
 func (r *pullSecretReconciler) applyCopy(ctx context.Context, key types.NamespacedName, ref v1alpha1.SecretReference, src *corev1.Secret) error {
