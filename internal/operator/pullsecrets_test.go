@@ -50,7 +50,9 @@ func newFleetFixture(t *testing.T, change func(*v1alpha1.Sidecar)) *fleetFixture
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "app", Labels: map[string]string{"app": "x"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	}
-	nsLabels := func(ns string) (map[string]string, bool) { return map[string]string{corev1.LabelMetadataName: ns}, true }
+	nsLabels := func(ns string) (map[string]string, bool) {
+		return map[string]string{corev1.LabelMetadataName: ns}, true
+	}
 	res, err := engine.Inject(pod, pod.Namespace, nsLabels, ring)
 	if err != nil || len(res.Injected) != 1 {
 		t.Fatalf("injecting the fixture pod: %v %+v", err, res)
