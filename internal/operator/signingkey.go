@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -80,15 +81,19 @@ func (k *signingKeyKeeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	var s corev1.Secret
 	err := k.client.Get(ctx, k.secret, &s)
 	if apierrors.IsNotFound(err) {
-		return ctrl.Result{}, k.createOrAdopt(ctx)
+		return k.createOrAdopt(ctx)
 	}
 	if err != nil {
+		k.load(noKeys(""))
 		return ctrl.Result{}, err
 	}
 	ring := k.load(&s)
+	if !usable(&s) {
+		return ctrl.Result{RequeueAfter: unusableRecheck}, nil // load said why
+	}
 	// No key left (an admin deleted a leaked one) means a new one, which
 	// revokes every record signed before.
-	if ring.Empty() && s.Type == corev1.SecretTypeOpaque || s.Annotations[v1alpha1.AnnotationRotate] == rotateKey {
+	if ring.Empty() || s.Annotations[v1alpha1.AnnotationRotate] == rotateKey {
 		name, secret, err := k.newKeyID(s.Data)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -107,15 +112,34 @@ func (k *signingKeyKeeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	return ctrl.Result{}, nil
 }
 
+// unusableRecheck is how often a key Secret that holds no usable key is
+// read again: a fix to it may not reach the label-filtered watch.
+const unusableRecheck = 10 * time.Second
+
+// usable reports whether s may hold keys: an Opaque Secret (another type
+// could be named as a pull secret and copied) not being deleted.
+func usable(s *corev1.Secret) bool {
+	return s.Type == corev1.SecretTypeOpaque && s.DeletionTimestamp.IsZero()
+}
+
+// noKeys stands for a key Secret that is gone, unreadable or not ours.
+func noKeys(resourceVersion string) *corev1.Secret {
+	return &corev1.Secret{Type: corev1.SecretTypeOpaque, ObjectMeta: metav1.ObjectMeta{ResourceVersion: resourceVersion}}
+}
+
 // load puts the keys s holds in use, before any repair of s is tried: a key
 // taken away stops verifying now, even while writing a new one fails. A
 // Secret of another type than Opaque holds no usable key, since it could
 // be named as a pull secret and copied.
 func (k *signingKeyKeeper) load(s *corev1.Secret) *signing.Ring {
 	ring, err := signing.ParseRing(s.Data, k.activation)
-	if s.Type != corev1.SecretTypeOpaque {
+	switch {
+	case s.Type != corev1.SecretTypeOpaque:
 		ring, _ = signing.ParseRing(nil, k.activation)
 		err = fmt.Errorf("type %q, want %q: recreate it as Opaque", s.Type, corev1.SecretTypeOpaque)
+	case !s.DeletionTimestamp.IsZero():
+		ring, _ = signing.ParseRing(nil, k.activation)
+		err = errors.New("being deleted: a new Secret is made once it is gone")
 	}
 	if err != nil {
 		k.log.Error(err, "the signing key Secret holds entries that are not usable keys; they verify nothing", "secret", k.secret.String())
@@ -139,6 +163,7 @@ func (k *signingKeyKeeper) newKeyID(data map[string][]byte) (string, []byte, err
 	for at := time.Now(); ; at = at.Add(time.Second) {
 		name, secret, err := signing.NewKey(at)
 		if _, inData := data[name]; err != nil || !inData && !k.seen.Has(name) {
+			k.seen.Insert(name)
 			return name, secret, err
 		}
 	}
@@ -147,32 +172,33 @@ func (k *signingKeyKeeper) newKeyID(data map[string][]byte) (string, []byte, err
 // createOrAdopt makes the key Secret, or labels one made by hand: the cache,
 // and so the watch, holds only labelled Secrets. Until then, the keys in use
 // are what the apiserver holds: none when the Secret is gone.
-func (k *signingKeyKeeper) createOrAdopt(ctx context.Context) error {
+func (k *signingKeyKeeper) createOrAdopt(ctx context.Context) (ctrl.Result, error) {
 	var s corev1.Secret
 	err := k.live.Get(ctx, k.secret, &s)
 	if apierrors.IsNotFound(err) {
-		k.load(&corev1.Secret{Type: corev1.SecretTypeOpaque})
-		return k.create(ctx)
+		k.load(noKeys(""))
+		return ctrl.Result{}, k.create(ctx)
 	}
 	if err != nil {
-		return err
+		k.load(noKeys(""))
+		return ctrl.Result{}, err
 	}
 	if by, labelled := s.Labels[LabelManagedBy]; labelled && by != managedBy {
 		// Another manager would take the label back: no fight, no keys.
-		k.load(&corev1.Secret{Type: corev1.SecretTypeOpaque, ObjectMeta: metav1.ObjectMeta{ResourceVersion: s.ResourceVersion}})
+		k.load(noKeys(s.ResourceVersion))
 		k.log.Error(nil, "the signing key Secret is managed by another; no record verifies until it is labelled as the operator's",
 			"secret", k.secret.String(), LabelManagedBy, by)
-		return nil // labelled as ours, it enters the cache and comes here
+		return ctrl.Result{RequeueAfter: unusableRecheck}, nil
 	}
-	if k.load(&s); s.Type != corev1.SecretTypeOpaque {
-		return nil // load said why; the type cannot be changed
+	if k.load(&s); !usable(&s) {
+		return ctrl.Result{RequeueAfter: unusableRecheck}, nil // load said why
 	}
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
 	}
 	s.Labels[LabelManagedBy] = managedBy
 	k.log.Info("labelling the signing key Secret so that the operator watches it", "secret", k.secret.String(), "label", LabelManagedBy+"="+managedBy)
-	return k.client.Update(ctx, &s) // its watch event brings it here
+	return ctrl.Result{}, k.client.Update(ctx, &s) // its watch event brings it here
 }
 
 func (k *signingKeyKeeper) create(ctx context.Context) error {

@@ -371,6 +371,14 @@ func TestReviewDeletedSigningKeyRevokesGrants(t *testing.T) {
 			restore: deleteSecret,
 		},
 		{
+			name: "deleted, but held by a finalizer",
+			take: func(t *testing.T) {
+				update(func(s *corev1.Secret) { s.Finalizers = append(s.Finalizers, "example.com/hold") })(t)
+				deleteSecret(t)
+			},
+			restore: update(func(s *corev1.Secret) { s.Finalizers = nil }),
+		},
+		{
 			name:        "claimed by another manager, keys and all",
 			take:        update(func(s *corev1.Secret) { s.Labels[operator.LabelManagedBy] = "Helm" }),
 			restore:     update(func(s *corev1.Secret) { s.Labels[operator.LabelManagedBy] = "sidecar-operator" }),
