@@ -97,6 +97,15 @@ func runE2E(args []string) error {
 		return err
 	}
 	nullAddr, patchAddr, replayAddr, injectAddr := freeAddr(), freeAddr(), freeAddr(), freeAddr()
+	// The servers are stopped and waited for before this returns: left
+	// running, they would hold the caller's stdout open (make bench-e2e | tail).
+	var servers []*exec.Cmd
+	defer func() {
+		cancel()
+		for _, cmd := range servers {
+			_ = cmd.Wait()
+		}
+	}()
 	for _, cmd := range []*exec.Cmd{
 		exec.CommandContext(ctx, self, "null", "-addr", nullAddr, "-cert", certFile, "-key", keyFile),
 		exec.CommandContext(ctx, self, "null", "-patch-file", minimalFile, "-addr", patchAddr, "-cert", certFile, "-key", keyFile),
@@ -108,6 +117,7 @@ func runE2E(args []string) error {
 		if err := cmd.Start(); err != nil {
 			return err
 		}
+		servers = append(servers, cmd)
 	}
 
 	configs := []string{"none", "null", "patch", "replay", "inject", "presized"}

@@ -161,11 +161,21 @@ func runHTTP(args []string) error {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 4,
 	}}
+	// Stopped and waited for before this returns, so that no server outlives
+	// the benchmark holding its stdout open.
+	var started []*exec.Cmd
+	defer func() {
+		cancel()
+		for _, cmd := range started {
+			_ = cmd.Wait()
+		}
+	}()
 	for _, s := range servers {
 		s.cmd.Stderr = os.Stderr
 		if err := s.cmd.Start(); err != nil {
 			return fmt.Errorf("starting the %s server: %w", s.name, err)
 		}
+		started = append(started, s.cmd)
 		if err := waitHealthy(client, s.addr); err != nil {
 			return fmt.Errorf("%s server: %w", s.name, err)
 		}

@@ -84,3 +84,54 @@ func TestInjectionChanged(t *testing.T) {
 		})
 	}
 }
+
+// The operator's own status writes, and a running pod's status churn, wake
+// no controller; what changes a judgement does.
+func TestChurnPredicates(t *testing.T) {
+	sc := &v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "agent", Generation: 1}}
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name   string
+		change func(*v1alpha1.Sidecar)
+		passes bool
+	}{
+		{"status", func(s *v1alpha1.Sidecar) { s.Status.InjectedPods = 4 }, false},
+		{"spec", func(s *v1alpha1.Sidecar) { s.Generation = 2 }, true},
+		{"deletion", func(s *v1alpha1.Sidecar) { s.DeletionTimestamp = &now }, true},
+		{"finalizer", func(s *v1alpha1.Sidecar) { s.Finalizers = []string{rbacFinalizer} }, true},
+	} {
+		t.Run("sidecar "+tc.name, func(t *testing.T) {
+			changed := sc.DeepCopy()
+			tc.change(changed)
+			if got := sidecarChanged().Update(event.UpdateEvent{ObjectOld: sc, ObjectNew: changed}); got != tc.passes {
+				t.Errorf("passes = %v, want %v", got, tc.passes)
+			}
+		})
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "x"}, Annotations: map[string]string{"a": "1"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*corev1.Pod)
+		passes bool
+	}{
+		{"conditions", func(p *corev1.Pod) { p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady}} }, false},
+		{"a label", func(p *corev1.Pod) { p.Labels["app"] = "y" }, true},
+		{"an annotation", func(p *corev1.Pod) { p.Annotations["a"] = "2" }, true},
+		{"the end", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, true},
+		{"deletion", func(p *corev1.Pod) { p.DeletionTimestamp = &now }, true},
+		{"an owner", func(p *corev1.Pod) { p.OwnerReferences = []metav1.OwnerReference{{UID: "rs"}} }, true},
+		{"an image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "app:2" }, true},
+	} {
+		t.Run("pod "+tc.name, func(t *testing.T) {
+			changed := pod.DeepCopy()
+			tc.change(changed)
+			if got := judgementChanged().Update(event.UpdateEvent{ObjectOld: pod, ObjectNew: changed}); got != tc.passes {
+				t.Errorf("passes = %v, want %v", got, tc.passes)
+			}
+		})
+	}
+}

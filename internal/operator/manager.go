@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -205,12 +206,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	}
 
 	engines := &webhook.SwappableEngine{}
-	builder := &engineBuilder{client: mgr.GetCache(), engines: engines, log: log.WithName("engine")}
+	compiler := &engineBuilder{client: mgr.GetCache(), engines: engines, log: log.WithName("engine")}
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("engine").
-		For(&v1alpha1.Sidecar{}).
+		For(&v1alpha1.Sidecar{}, builder.WithPredicates(sidecarChanged())).
 		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
-		Complete(builder); err != nil {
+		Complete(compiler); err != nil {
 		return err
 	}
 	// Every replica loads every Sidecar and namespace before answering a
@@ -223,7 +224,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return ctx.Err()
 		}
-		if err := builder.rebuild(ctx); err != nil {
+		if err := compiler.rebuild(ctx); err != nil {
 			return err
 		}
 		close(loaded)
@@ -570,7 +571,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 	})
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("rbac").
-		For(&v1alpha1.Sidecar{}).
+		For(&v1alpha1.Sidecar{}, builder.WithPredicates(sidecarChanged())).
 		Watches(&corev1.Pod{}, podToSidecars, builder.WithPredicates(injectionChanged())).
 		Watches(namespaceMeta(), everySidecar, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&rbacv1.ClusterRole{}, ownerSidecar).
@@ -586,7 +587,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 	})
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("pullsecrets").
-		Watches(&v1alpha1.Sidecar{}, toPullSecrets).
+		Watches(&v1alpha1.Sidecar{}, toPullSecrets, builder.WithPredicates(sidecarChanged())).
 		Watches(&corev1.Pod{}, toPullSecrets, builder.WithPredicates(injectionChanged())).
 		Watches(namespaceMeta(), toPullSecrets, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&corev1.Secret{}, toPullSecrets).
@@ -618,8 +619,8 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("status").
-		Watches(&v1alpha1.Sidecar{}, toFleet, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.Pod{}, toFleet).
+		Watches(&v1alpha1.Sidecar{}, toFleet, builder.WithPredicates(sidecarChanged())).
+		Watches(&corev1.Pod{}, toFleet, builder.WithPredicates(judgementChanged())).
 		Watches(namespaceMeta(), toFleet).
 		WatchesRawSource(source.Channel(rbacEvents, toFleet)).
 		WatchesRawSource(keyChanges.source(toFleet)).
@@ -628,6 +629,36 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 			client: mgr.GetClient(), engines: engines, nsLabels: nsLabels, conditions: book, gate: gate,
 			events: mgr.GetEventRecorder("sidecar-operator"), log: log.WithName("status"), reported: sets.New[string](), excluded: excluded,
 		})
+}
+
+// sidecarChanged passes Sidecar events that change what it injects or
+// grants: its spec (the generation), its deletion and its finalizers; not
+// its status, which the operator writes itself on every pass.
+func sidecarChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			return o.GetGeneration() != n.GetGeneration() || !o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
+				!slices.Equal(o.GetFinalizers(), n.GetFinalizers())
+		},
+	}
+}
+
+// judgementChanged passes pod events that can change how fleet.Judge sees
+// a pod: what selects it (labels, annotations), its record (annotations),
+// its injected containers (images), its owner, its end or its deletion. A
+// running pod's status churn (conditions, IPs, restarts) does not.
+func judgementChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
+			newPod, ok2 := e.ObjectNew.(*corev1.Pod)
+			return !ok1 || !ok2 || !maps.Equal(oldPod.Labels, newPod.Labels) || !maps.Equal(oldPod.Annotations, newPod.Annotations) ||
+				fleet.Finished(oldPod) != fleet.Finished(newPod) || !oldPod.DeletionTimestamp.Equal(newPod.DeletionTimestamp) ||
+				!slices.EqualFunc(oldPod.OwnerReferences, newPod.OwnerReferences, func(a, b metav1.OwnerReference) bool { return a.UID == b.UID }) ||
+				!sameImages(oldPod.Spec.Containers, newPod.Spec.Containers) || !sameImages(oldPod.Spec.InitContainers, newPod.Spec.InitContainers)
+		},
+	}
 }
 
 // injectionChanged passes pod events that can change a Sidecar's RBAC: the

@@ -60,9 +60,21 @@ type statusReconciler struct {
 	reported sets.Set[string]
 	// gauged are the Sidecars with metrics, to drop those of deleted ones.
 	gauged sets.Set[string]
+	// lastPass is when the last pass began.
+	lastPass time.Time
 }
 
+// statusInterval is the least time between two status passes: under pod
+// churn, at most one status write per second per Sidecar.
+const statusInterval = time.Second
+
 func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	// One key for the whole fleet: the events of the wait are folded into
+	// the pass that follows it.
+	if wait := time.Until(r.lastPass.Add(statusInterval)); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	r.lastPass = time.Now()
 	view, ok := r.gate.view()
 	if !ok {
 		return notLoaded, nil
