@@ -20,10 +20,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/operator"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
@@ -41,6 +43,8 @@ func runOperator(args []string) error {
 	pods := fs.Int("pods", 10000, "injected pods to create")
 	namespaces := fs.Int("namespaces", 1000, "namespaces to spread them over")
 	accounts := fs.Int("service-accounts", 3, "ServiceAccounts per namespace")
+	churnRate := fs.Int("churn-rate", 50, "after convergence, pods created and as many deleted per second (0: no churn)")
+	churnFor := fs.Duration("churn-duration", time.Minute, "how long the churn lasts")
 	_ = fs.Parse(args)
 
 	ctx := context.Background()
@@ -52,7 +56,7 @@ func runOperator(args []string) error {
 	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{filepath.Join("config", "crd", "bases")}}); err != nil {
 		return err
 	}
-	k8s, err := client.New(cfg, client.Options{Scheme: operator.Scheme()})
+	k8s, err := client.NewWithWatch(cfg, client.Options{Scheme: operator.Scheme()})
 	if err != nil {
 		return err
 	}
@@ -108,12 +112,88 @@ func runOperator(args []string) error {
 	if err != nil {
 		return err
 	}
-	writes, err := writeRequests(metricsAddr)
+	m, err := scrape(metricsAddr)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("operator converged in %s: %d RoleBindings, status %d/%d pods injected\n", converged.Round(100*time.Millisecond), wantBindings, agent.Status.InjectedPods, *pods)
-	fmt.Printf("peak RSS %d MiB; write requests sent: %s\n", rss>>20, writes)
+	fmt.Printf("peak RSS %d MiB; write requests sent: %s\n", rss>>20, m.writes())
+	if *churnRate == 0 {
+		return nil
+	}
+	return churn(ctx, k8s, engine, ring, agent, metricsAddr, *churnRate, *churnFor, *pods, *namespaces)
+}
+
+// churn creates and deletes rate pods a second for d, with the operator
+// running, and reports what that cost it: API writes per 1,000 pod events,
+// engine builds and status writes of the Sidecar.
+func churn(ctx context.Context, k8s client.WithWatch, engine *inject.Engine, ring *signing.Ring, agent *v1alpha1.Sidecar, metricsAddr string, rate int, d time.Duration, pods, namespaces int) error {
+	before, err := scrape(metricsAddr)
+	if err != nil {
+		return err
+	}
+	// Status writes, as the Sidecar's modifications seen by a watch.
+	w, err := k8s.Watch(ctx, &v1alpha1.SidecarList{}, client.MatchingFields{"metadata.name": agent.Name})
+	if err != nil {
+		return err
+	}
+	var statusWrites atomic.Int64
+	go func() {
+		for e := range w.ResultChan() {
+			if e.Type == watch.Modified {
+				statusWrites.Add(1)
+			}
+		}
+	}()
+	// One create and one delete per tick, each tick in its own goroutine:
+	// the rate holds even when a request takes longer than a tick.
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	var events atomic.Int64
+	errs := make(chan error, 1)
+	start := time.Now()
+	for i := 0; time.Since(start) < d; i++ {
+		<-tick.C
+		wg.Go(func() {
+			pod, err := scalePod(engine, ring, fmt.Sprintf("churn-%05d", i), i, namespaces, 1)
+			if err == nil {
+				err = k8s.Create(ctx, pod)
+			}
+			if err == nil {
+				events.Add(1)
+				old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i%pods), Namespace: fmt.Sprintf("scale-%04d", i%pods%namespaces)}}
+				if err = k8s.Delete(ctx, old); err == nil {
+					events.Add(1)
+				} else if apierrors.IsNotFound(err) {
+					err = nil
+				}
+			}
+			if err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	elapsed := time.Since(start)
+	time.Sleep(2 * time.Second) // the last events' passes
+	w.Stop()
+	after, err := scrape(metricsAddr)
+	if err != nil {
+		return err
+	}
+	writes := after.total() - before.total()
+	fmt.Printf("churn: %d pod events (creates and deletes) in %s\n", events.Load(), elapsed.Round(time.Second))
+	fmt.Printf("churn: %.0f write requests (%.1f per 1,000 pod events; the leader lease renews every 2s), %.0f engine builds, %d status writes of the Sidecar (%.2f/s)\n",
+		writes, writes*1000/float64(events.Load()), after["engine_builds"]-before["engine_builds"], statusWrites.Load(), float64(statusWrites.Load())/elapsed.Seconds())
 	return nil
 }
 
@@ -152,25 +232,9 @@ func createInjectedPods(ctx context.Context, k8s client.Client, engine *inject.E
 	for range 16 {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < pods; i = int(next.Add(1)) - 1 {
-				pod := &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{
-						Name:      fmt.Sprintf("pod-%05d", i),
-						Namespace: fmt.Sprintf("scale-%04d", i%namespaces),
-						Labels:    map[string]string{"app": "scale"},
-						Annotations: map[string]string{"xxl-agent/enable": "true", "xxl-agent/job-admin-addr": "http://xxl-job-admin:8080",
-							"xxl-agent/target-container": "app", "xxl-agent/job-name": "scale"},
-					},
-					Spec: corev1.PodSpec{
-						ServiceAccountName: fmt.Sprintf("sa-%d", (i/namespaces)%accounts),
-						Containers:         []corev1.Container{{Name: "app", Image: "app"}},
-					},
-				}
-				res, err := engine.Inject(pod, pod.Namespace, inject.DefaultNamespaceLabels, ring)
-				if err == nil && res.Pod == nil {
-					err = fmt.Errorf("pod %s not injected: %s", pod.Name, res.Denial)
-				}
+				pod, err := scalePod(engine, ring, fmt.Sprintf("pod-%05d", i), i, namespaces, accounts)
 				if err == nil {
-					err = k8s.Create(ctx, res.Pod)
+					err = k8s.Create(ctx, pod)
 				}
 				if err != nil {
 					errs <- err
@@ -182,6 +246,31 @@ func createInjectedPods(ctx context.Context, k8s client.Client, engine *inject.E
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// scalePod is the i-th pod, as the webhook would have injected it.
+func scalePod(engine *inject.Engine, ring *signing.Ring, name string, i, namespaces, accounts int) (*corev1.Pod, error) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: fmt.Sprintf("scale-%04d", i%namespaces),
+			Labels:    map[string]string{"app": "scale"},
+			Annotations: map[string]string{"xxl-agent/enable": "true", "xxl-agent/job-admin-addr": "http://xxl-job-admin:8080",
+				"xxl-agent/target-container": "app", "xxl-agent/job-name": "scale"},
+		},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: fmt.Sprintf("sa-%d", (i/namespaces)%accounts),
+			Containers:         []corev1.Container{{Name: "app", Image: "app"}},
+		},
+	}
+	res, err := engine.Inject(pod, pod.Namespace, inject.DefaultNamespaceLabels, ring)
+	if err == nil && res.Pod == nil {
+		err = fmt.Errorf("pod %s not injected: %s", pod.Name, res.Denial)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res.Pod, nil
 }
 
 // peakRSS reads a process's high-water resident set size.
@@ -201,30 +290,49 @@ func peakRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
-// writeRequests sums the operator's client requests by write method, from
-// client-go's rest_client_requests_total on its metrics endpoint.
-func writeRequests(addr string) (string, error) {
+// metricValues are sums of the operator's metrics: client-go's
+// rest_client_requests_total by write method, and its engine builds.
+type metricValues map[string]float64
+
+var writeMethods = []string{"POST", "PUT", "PATCH", "DELETE"}
+
+func (m metricValues) total() float64 {
+	t := 0.0
+	for _, method := range writeMethods {
+		t += m[method]
+	}
+	return t
+}
+
+func (m metricValues) writes() string {
+	return fmt.Sprintf("%.0f (POST %.0f, PUT %.0f, PATCH %.0f, DELETE %.0f)", m.total(), m["POST"], m["PUT"], m["PATCH"], m["DELETE"])
+}
+
+func scrape(addr string) (metricValues, error) {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	byMethod := map[string]int{}
-	total := 0
+	m := metricValues{}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
 			continue
 		}
-		for _, method := range []string{"POST", "PUT", "PATCH", "DELETE"} {
-			if strings.Contains(line, `method="`+method+`"`) {
-				fields := strings.Fields(line)
-				n, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
-				byMethod[method] += int(n)
-				total += int(n)
+		n, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+		switch {
+		case strings.HasPrefix(line, "sidecar_operator_engine_builds_total "):
+			m["engine_builds"] = n
+		case strings.HasPrefix(line, "rest_client_requests_total{"):
+			for _, method := range writeMethods {
+				if strings.Contains(line, `method="`+method+`"`) {
+					m[method] += n
+				}
 			}
 		}
 	}
-	return fmt.Sprintf("%d (POST %d, PUT %d, PATCH %d, DELETE %d)", total, byMethod["POST"], byMethod["PUT"], byMethod["PATCH"], byMethod["DELETE"]), sc.Err()
+	return m, sc.Err()
 }

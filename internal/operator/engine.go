@@ -35,6 +35,7 @@ func (b *engineBuilder) rebuild(ctx context.Context) error {
 	// A Sidecar being deleted injects no more pods.
 	live := slices.DeleteFunc(list.Items, func(sc v1alpha1.Sidecar) bool { return !sc.DeletionTimestamp.IsZero() })
 	e, err := inject.New(live)
+	engineBuilds.Inc()
 	if err != nil {
 		// Valid Sidecars still inject; the broken ones are reported, not fatal.
 		b.log.Error(err, "some Sidecars cannot be injected")

@@ -13,8 +13,15 @@ var sidecarPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Help: "Pods per Sidecar by state: matched, injected, outdated (an older revision), missed (matched, not injected) and unverified (a record the operator cannot verify, so no grant).",
 }, []string{"sidecar", "state"})
 
+// engineBuilds counts compilations of the injection engine: each Sidecar
+// change costs one on every replica, and nothing else should.
+var engineBuilds = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "sidecar_operator_engine_builds_total",
+	Help: "Compilations of the injection engine from the Sidecars.",
+})
+
 func init() {
-	metrics.Registry.MustRegister(sidecarPods)
+	metrics.Registry.MustRegister(sidecarPods, engineBuilds)
 }
 
 func setPodGauges(sidecar string, c *fleet.Counts) {

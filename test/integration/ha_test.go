@@ -1,13 +1,17 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +22,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
@@ -193,7 +200,12 @@ func TestTwoReplicas(t *testing.T) {
 	leader := leaders()[0]
 
 	applySidecar(t, exampleSidecars(t)["fluentd"])
-	ns := createNamespace(t, nil)
+	// Pods of the suite operator's namespace, which only these replicas serve.
+	ns := operatorNamespace
+	waitOnlyHAServes(t, config)
+	t.Cleanup(func() {
+		_ = k8s.DeleteAllOf(context.Background(), &corev1.Pod{}, client.InNamespace(ns), client.MatchingLabels{"logging": "fluentd"})
+	})
 	var failed, cut atomic.Int64
 	var failures sync.Map
 	var dying atomic.Bool
@@ -306,4 +318,198 @@ func shareSigningKey(t *testing.T, namespace string) {
 	if err := k8s.Create(ctx, shared); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+}
+
+// replicaProcessEnv holds, in a child process of the suite, the options of
+// the `run` replica it is to be.
+const replicaProcessEnv = "SIDECAR_OPERATOR_TEST_REPLICA"
+
+// replicaSpec is what a replica process needs.
+type replicaSpec struct {
+	Kubeconfig, Addr, Target, Namespace, Config, Secret string
+	Lease, Retry                                        time.Duration
+}
+
+// runReplicaProcess runs a replica until it is killed; it prints "elected"
+// once it leads.
+func runReplicaProcess(spec string) int {
+	var s replicaSpec
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	err = operator.Run(ctrl.SetupSignalHandler(), rc, operator.Options{
+		WebhookAddr: s.Addr, WebhookHosts: []string{"127.0.0.1"}, WebhookConfigName: s.Config,
+		Target: operator.WebhookTarget{URL: s.Target}, FailurePolicy: admissionv1.Fail,
+		Namespace: s.Namespace, CreateNamespace: true, CertSecret: s.Secret,
+		Certificates:   certrotation.Options{PublishDelay: time.Second},
+		LeaderElection: true, LeaseDuration: s.Lease, RenewDeadline: s.Lease * 3 / 4, RetryPeriod: s.Retry,
+		MetricsAddr: "0", DrainDelay: time.Second,
+		Elected: func() { fmt.Println("elected") },
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// replicaProcess is a `run` replica in a child process, so that it can die
+// as a node kills it: SIGKILL, no drain, no lease release.
+type replicaProcess struct {
+	cmd     *exec.Cmd
+	addr    string
+	elected chan time.Time
+}
+
+func startReplicaProcess(t *testing.T, spec replicaSpec) *replicaProcess {
+	t.Helper()
+	b, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &replicaProcess{cmd: exec.Command(os.Args[0], "-test.run=^$"), addr: spec.Addr, elected: make(chan time.Time, 1)}
+	r.cmd.Env = append(os.Environ(), replicaProcessEnv+"="+string(b))
+	r.cmd.Stderr = os.Stderr
+	out, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "elected" {
+				r.elected <- time.Now()
+			}
+		}
+	}()
+	t.Cleanup(func() { _ = r.cmd.Process.Kill(); _ = r.cmd.Wait() })
+	return r
+}
+
+// TestHardKilledLeader kills the leading replica as a failing node would,
+// while pods are created in a loop that only these replicas serve (the
+// suite's own install excludes its namespace). The survivor takes over once
+// the unreleased lease runs out. No pod may be admitted without its sidecar;
+// a create cut in flight by the kill is upstream's loss
+// (kubernetes/kubernetes#127335), counted and bounded.
+func TestHardKilledLeader(t *testing.T) {
+	const (
+		namespace = "sidecar-operator-hk"
+		config    = "sidecar-operator-hk"
+		lease     = 4 * time.Second
+		retry     = 500 * time.Millisecond
+	)
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
+		_ = k8s.Delete(context.Background(), &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
+	})
+	shareSigningKey(t, namespace)
+	addrs := make([]string, 2)
+	for i := range addrs {
+		addr, err := freeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = addr
+	}
+	lb := startFront(t, addrs...)
+	replicas := make([]*replicaProcess, 2)
+	for i := range replicas {
+		replicas[i] = startReplicaProcess(t, replicaSpec{
+			Kubeconfig: kubeconfig, Addr: addrs[i], Target: "https://" + lb.ln.Addr().String(),
+			Namespace: namespace, Config: config, Secret: "hk-certs", Lease: lease, Retry: retry,
+		})
+	}
+	for _, r := range replicas {
+		if err := waitReady("https://"+r.addr, 60*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var leader, survivor *replicaProcess
+	select {
+	case <-replicas[0].elected:
+		leader, survivor = replicas[0], replicas[1]
+	case <-replicas[1].elected:
+		leader, survivor = replicas[1], replicas[0]
+	case <-time.After(20 * time.Second):
+		t.Fatal("no replica leads after 20s")
+	}
+	applySidecar(t, exampleSidecars(t)["fluentd"])
+	waitOnlyHAServes(t, config)
+
+	var failed, missed atomic.Int64
+	var failures sync.Map
+	loop := startPodLoop(operatorNamespace, func(err error) {
+		switch {
+		case err == nil:
+		case strings.Contains(err.Error(), "not injected"):
+			missed.Add(1)
+			failures.Store(err.Error(), true)
+		default:
+			failed.Add(1)
+			failures.Store(err.Error(), true)
+		}
+	})
+	t.Cleanup(func() {
+		_ = k8s.DeleteAllOf(context.Background(), &corev1.Pod{}, client.InNamespace(operatorNamespace), client.MatchingLabels{"logging": "fluentd"})
+	})
+	time.Sleep(time.Second)
+	killed := time.Now()
+	if err := leader.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	var handover time.Duration
+	select {
+	case at := <-survivor.elected:
+		handover = at.Sub(killed)
+	case <-time.After(3 * lease):
+		t.Fatalf("the survivor does not lead %s after the leader was killed", 3*lease)
+	}
+	time.Sleep(2 * time.Second) // pods keep coming through the survivor
+	created := loop.Stop()
+
+	var msgs []string
+	failures.Range(func(k, _ any) bool { msgs = append(msgs, k.(string)); return true })
+	t.Logf("%d creates: %d failed, %d admitted without their sidecar; leadership handed over %s after the kill", created, failed.Load(), missed.Load(), handover.Round(time.Millisecond))
+	// The lease, a retry period, and a second for the child's log to reach us.
+	if limit := lease + 2*retry + time.Second; handover > limit {
+		t.Errorf("handover took %s, more than %s (the lease and a retry period)", handover, limit)
+	}
+	if created < 50 || missed.Load() > 0 || failed.Load() > 2 {
+		t.Errorf("%d creates, %d failed (at most 2, cut in flight), %d without their sidecar (none allowed): %v", created, failed.Load(), missed.Load(), msgs)
+	}
+}
+
+// waitOnlyHAServes waits until the HA install's configuration injects pods
+// of the suite operator's namespace, which the suite's own excludes: the
+// pods of an HA test prove the HA replicas, not the suite's install.
+func waitOnlyHAServes(t *testing.T, config string) {
+	t.Helper()
+	var suite admissionv1.MutatingWebhookConfiguration
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: webhookConfigName}, &suite); err != nil {
+		t.Fatal(err)
+	}
+	if sel := suite.Webhooks[0].NamespaceSelector; !strings.Contains(fmt.Sprint(sel), operatorNamespace) {
+		t.Fatalf("the suite's webhook serves its own namespace %s (selector %v): the HA replicas would not be the ones tested", operatorNamespace, sel)
+	}
+	eventually(t, 20*time.Second, func() error {
+		pod := scenarioPod(operatorNamespace)
+		if err := k8s.Create(context.Background(), pod, client.DryRunAll); err != nil {
+			return err
+		}
+		if !strings.Contains(pod.Annotations[v1alpha1.AnnotationStatus], "fluentd") {
+			return fmt.Errorf("%s does not inject yet", config)
+		}
+		return nil
+	})
 }

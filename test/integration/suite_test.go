@@ -46,6 +46,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(replicaProcessEnv); spec != "" {
+		os.Exit(runReplicaProcess(spec)) // a child of TestHardKilledLeader
+	}
 	os.Exit(run(m))
 }
 
