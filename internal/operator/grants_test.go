@@ -135,3 +135,26 @@ func TestChurnPredicates(t *testing.T) {
 		})
 	}
 }
+
+func TestNamespaceGrantsChanged(t *testing.T) {
+	ns := namespaceMeta()
+	ns.Labels = map[string]string{"team": "a"}
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name   string
+		change func(*metav1.PartialObjectMetadata)
+		passes bool
+	}{
+		{"an annotation", func(n *metav1.PartialObjectMetadata) { n.Annotations = map[string]string{"a": "b"} }, false},
+		{"a label", func(n *metav1.PartialObjectMetadata) { n.Labels["team"] = "b" }, true},
+		{"deletion", func(n *metav1.PartialObjectMetadata) { n.DeletionTimestamp = &now }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			changed := ns.DeepCopy()
+			tc.change(changed)
+			if got := namespaceGrantsChanged().Update(event.UpdateEvent{ObjectOld: ns, ObjectNew: changed}); got != tc.passes {
+				t.Errorf("passes = %v, want %v", got, tc.passes)
+			}
+		})
+	}
+}

@@ -573,7 +573,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Named("rbac").
 		For(&v1alpha1.Sidecar{}, builder.WithPredicates(sidecarChanged())).
 		Watches(&corev1.Pod{}, podToSidecars, builder.WithPredicates(injectionChanged())).
-		Watches(namespaceMeta(), everySidecar, builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(namespaceMeta(), everySidecar, builder.WithPredicates(namespaceGrantsChanged())).
 		Watches(&rbacv1.ClusterRole{}, ownerSidecar).
 		Watches(&rbacv1.ClusterRoleBinding{}, ownerSidecar).
 		Watches(&rbacv1.RoleBinding{}, ownerSidecar).
@@ -589,7 +589,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Named("pullsecrets").
 		Watches(&v1alpha1.Sidecar{}, toPullSecrets, builder.WithPredicates(sidecarChanged())).
 		Watches(&corev1.Pod{}, toPullSecrets, builder.WithPredicates(injectionChanged())).
-		Watches(namespaceMeta(), toPullSecrets, builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(namespaceMeta(), toPullSecrets, builder.WithPredicates(namespaceGrantsChanged())).
 		Watches(&corev1.Secret{}, toPullSecrets).
 		WatchesRawSource(keyChanges.source(toPullSecrets)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
@@ -629,6 +629,20 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 			client: mgr.GetClient(), engines: engines, nsLabels: nsLabels, conditions: book, gate: gate,
 			events: mgr.GetEventRecorder("sidecar-operator"), log: log.WithName("status"), reported: sets.New[string](), excluded: excluded,
 		})
+}
+
+// namespaceGrantsChanged passes namespace events that can give or take
+// grants there: its labels (validation, namespaceSelectors) and the start of
+// its deletion, which ends every grant in it.
+func namespaceGrantsChanged() predicate.Predicate {
+	return predicate.Or(predicate.LabelChangedPredicate{}, predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+		},
+	})
 }
 
 // sidecarChanged passes Sidecar events that change what it injects or

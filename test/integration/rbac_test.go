@@ -375,3 +375,49 @@ func TestFinalizerOnlyWhileGranting(t *testing.T) {
 	updateSidecar(t, sc, func(s *v1alpha1.Sidecar) { s.Spec.RBAC = nil })
 	finalizers(false)
 }
+
+// A namespace being deleted loses its grant at once (its pods may linger,
+// held by finalizers), and does not hold back the Sidecar's other
+// namespaces: RBACReady stays True and new pods elsewhere are granted.
+func TestTerminatingNamespace(t *testing.T) {
+	ctx := context.Background()
+	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
+	applySidecar(t, sc)
+	leaving, staying := createNamespace(t, nil), createNamespace(t, nil)
+	held := createPod(t, sc, leaving, "")
+	createPod(t, sc, staying, "")
+	waitBinding(t, sc, leaving, leaving+"/default")
+	waitBinding(t, sc, staying, staying+"/default")
+
+	// A finalizer holds the pod, and so the namespace, in Terminating.
+	patch := client.MergeFrom(held.DeepCopy())
+	held.Finalizers = []string{"example.com/hold"}
+	if err := k8s.Patch(ctx, held, patch); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		patch := client.MergeFrom(held.DeepCopy())
+		held.Finalizers = nil
+		_ = k8s.Patch(context.Background(), held, patch)
+	})
+	if err := k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leaving}}); err != nil {
+		t.Fatal(err)
+	}
+	waitBinding(t, sc, leaving)
+	createPod(t, sc, staying, "later")
+	waitBinding(t, sc, staying, staying+"/default", staying+"/later")
+	eventually(t, 20*time.Second, func() error {
+		var got v1alpha1.Sidecar
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sc), &got); err != nil {
+			return err
+		}
+		if c := apimeta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionRBACReady); c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != got.Generation {
+			return fmt.Errorf("RBACReady %+v with a namespace terminating", c)
+		}
+		return nil
+	})
+	var ns corev1.Namespace
+	if err := k8s.Get(ctx, client.ObjectKey{Name: leaving}, &ns); err != nil || ns.DeletionTimestamp.IsZero() {
+		t.Fatalf("test setup: namespace %s should still be terminating: %v %v", leaving, ns.DeletionTimestamp, err)
+	}
+}
