@@ -120,20 +120,8 @@ func TestTwoReplicas(t *testing.T) {
 		lease     = 4 * time.Second
 		retry     = 500 * time.Millisecond
 	)
-	addrs := make([]string, 2)
-	for i := range addrs {
-		addr, err := freeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[i] = addr
-	}
-	// Cleanups run last first: this one runs after both replicas have
-	// stopped, so that none writes the configuration back.
-	t.Cleanup(func() {
-		_ = k8s.Delete(context.Background(), &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
-		_ = k8s.Delete(context.Background(), &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
-	})
+	addrs := freeAddrs(t, 2)
+	deleteConfigurationsLast(t, config)
 	shareSigningKey(t, namespace)
 	lb := startFront(t, addrs...)
 	replicas := make([]*replica, 2)
@@ -320,6 +308,29 @@ func shareSigningKey(t *testing.T, namespace string) {
 	}
 }
 
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		addr, err := freeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = addr
+	}
+	return addrs
+}
+
+// deleteConfigurationsLast deletes an install's webhook configurations
+// after its replicas, registered later, have stopped: cleanups run last
+// first, so that none writes them back.
+func deleteConfigurationsLast(t *testing.T, name string) {
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		_ = k8s.Delete(context.Background(), &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+}
+
 // replicaProcessEnv holds, in a child process of the suite, the options of
 // the `run` replica it is to be.
 const replicaProcessEnv = "SIDECAR_OPERATOR_TEST_REPLICA"
@@ -409,19 +420,9 @@ func TestHardKilledLeader(t *testing.T) {
 		lease     = 4 * time.Second
 		retry     = 500 * time.Millisecond
 	)
-	t.Cleanup(func() {
-		_ = k8s.Delete(context.Background(), &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
-		_ = k8s.Delete(context.Background(), &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}})
-	})
+	deleteConfigurationsLast(t, config)
 	shareSigningKey(t, namespace)
-	addrs := make([]string, 2)
-	for i := range addrs {
-		addr, err := freeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[i] = addr
-	}
+	addrs := freeAddrs(t, 2)
 	lb := startFront(t, addrs...)
 	replicas := make([]*replicaProcess, 2)
 	for i := range replicas {
