@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -45,6 +46,7 @@ func runOperator(args []string) error {
 	accounts := fs.Int("service-accounts", 3, "ServiceAccounts per namespace")
 	churnRate := fs.Int("churn-rate", 50, "after convergence, pods created and as many deleted per second (0: no churn)")
 	churnFor := fs.Duration("churn-duration", time.Minute, "how long the churn lasts")
+	heapProfile := fs.String("heap-profile", "", "write the operator's heap profile at convergence to this file")
 	_ = fs.Parse(args)
 
 	ctx := context.Background()
@@ -84,8 +86,13 @@ func runOperator(args []string) error {
 	fmt.Printf("created %d injected pods in %d namespaces, %d ServiceAccounts each, in %s\n", *pods, *namespaces, *accounts, time.Since(start).Round(time.Second))
 
 	metricsAddr := freeAddr()
-	cmd := exec.Command(*binary, "run", "--kubeconfig", *kubeconfig, "--webhook-addr", freeAddr(),
-		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--zap-log-level", "error")
+	runArgs := []string{"run", "--kubeconfig", *kubeconfig, "--webhook-addr", freeAddr(),
+		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--zap-log-level", "error"}
+	pprofAddr := freeAddr()
+	if *heapProfile != "" {
+		runArgs = append(runArgs, "--pprof-bind-address", pprofAddr)
+	}
+	cmd := exec.Command(*binary, runArgs...)
 	cmd.Stderr = os.Stderr
 	start = time.Now()
 	if err := cmd.Start(); err != nil {
@@ -115,6 +122,11 @@ func runOperator(args []string) error {
 	m, err := scrape(metricsAddr)
 	if err != nil {
 		return err
+	}
+	if *heapProfile != "" {
+		if err := saveHeapProfile(pprofAddr, *heapProfile); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("operator converged in %s: %d RoleBindings, status %d/%d pods injected\n", converged.Round(100*time.Millisecond), wantBindings, agent.Status.InjectedPods, *pods)
 	fmt.Printf("peak RSS %d MiB; write requests sent: %s\n", rss>>20, m.writes())
@@ -288,6 +300,22 @@ func peakRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
+// saveHeapProfile writes the operator's heap profile, after a collection.
+func saveHeapProfile(addr, file string) error {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
 }
 
 // metricValues are sums of the operator's metrics: client-go's

@@ -156,6 +156,7 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 	f.IntVar(&o.burst, "kube-api-burst", 200, "requests to the apiserver in a burst")
 	addConfigFlag(cmd)
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", "address for Prometheus metrics and the admin API and page (/admin/v1/inventory, /admin/v1/sidecars, /); 0 disables them")
+	f.StringVar(&opts.PprofAddr, "pprof-bind-address", "", "address for Go's /debug/pprof profiles, unauthenticated: bind it to loopback; empty disables it")
 	f.BoolVar(&opts.MetricsSecure, "metrics-secure", true, "serve --metrics-bind-address over HTTPS, every request authenticated and authorized by the apiserver; false serves only /metrics, in plain HTTP")
 	return cmd
 }

@@ -102,6 +102,8 @@ type Options struct {
 	// MetricsAddr serves Prometheus metrics and, when MetricsSecure, the
 	// admin API and page; "0" disables it.
 	MetricsAddr string
+	// PprofAddr serves Go's profiles, unauthenticated; empty disables them.
+	PprofAddr string
 	// MetricsSecure serves MetricsAddr over HTTPS and authenticates and
 	// authorizes every request through the apiserver (TokenReview and
 	// SubjectAccessReview). Without it only /metrics is served, in plain HTTP.
@@ -181,6 +183,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Scheme:                        Scheme(),
 		Metrics:                       metricsOptions(opts),
 		HealthProbeBindAddress:        "0", // the webhook server serves /healthz and /readyz
+		PprofBindAddress:              opts.PprofAddr,
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              "sidecar-operator-leader",
 		LeaderElectionNamespace:       opts.Namespace,
@@ -626,7 +629,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		WatchesRawSource(keyChanges.source(toFleet)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(&statusReconciler{
-			client: mgr.GetClient(), engines: engines, nsLabels: nsLabels, conditions: book, gate: gate,
+			client: mgr.GetClient(), informers: mgr.GetCache(), engines: engines, nsLabels: nsLabels, conditions: book, gate: gate,
 			events: mgr.GetEventRecorder("sidecar-operator"), log: log.WithName("status"), reported: sets.New[string](), excluded: excluded,
 		})
 }

@@ -15,7 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -60,6 +62,8 @@ type statusReconciler struct {
 	reported sets.Set[string]
 	// gauged are the Sidecars with metrics, to drop those of deleted ones.
 	gauged sets.Set[string]
+	// informers holds the pod cache, read in place.
+	informers ctrlcache.Informers
 	// lastPass is when the last pass began.
 	lastPass time.Time
 }
@@ -95,9 +99,8 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 			engineStale = true
 		}
 	}
-	var pods corev1.PodList
-	// Read-only: no copy of every cached pod per pass.
-	if err := r.client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
+	pods, err := r.cachedPods(ctx)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	judge := &fleet.Judge{
@@ -109,8 +112,8 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	}
 	seen := sets.New[string]()
 	var states []fleet.PodSidecar
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for _, obj := range pods {
+		pod := obj.(*corev1.Pod)
 		states = judge.Pod(pod, states[:0])
 		for _, st := range states {
 			counts[st.Sidecar].Add(pod.Namespace, st.State)
@@ -191,6 +194,21 @@ func compileError(sc *v1alpha1.Sidecar) string {
 		return err.Error()
 	}
 	return "not loaded by the webhook yet"
+}
+
+// cachedPods are the cached pods themselves, read-only: a List, even
+// without deep copies, copies every pod's struct (about 2 KiB) into a new
+// slice on every pass, 70 MB of garbage per pass at 30k pods.
+func (r *statusReconciler) cachedPods(ctx context.Context) ([]any, error) {
+	informer, err := r.informers.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return nil, err
+	}
+	shared, ok := informer.(toolscache.SharedIndexInformer)
+	if !ok {
+		return nil, fmt.Errorf("the pod informer is a %T, not a SharedIndexInformer", informer)
+	}
+	return shared.GetStore().List(), nil
 }
 
 // firstReport records key and says whether it was new.
