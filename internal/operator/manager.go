@@ -539,7 +539,8 @@ var managedSelector = labels.SelectorFromSet(labels.Set{LabelManagedBy: managedB
 // injected pods across the cluster.
 func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, gate *grantGate, keyChanges *ringChanges, pullSecrets authorship.PullSecretPolicy, nsLabels inject.NamespaceLabelsFunc, excluded func(string) bool, resync time.Duration, log logr.Logger) error {
 	ctx := context.Background()
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, indexInjectedSidecars, injectedSidecarNames); err != nil {
+	pods, err := indexInjectedPods(ctx, mgr.GetCache())
+	if err != nil {
 		return err
 	}
 	rbacChanged := make(chan string, 1)
@@ -581,7 +582,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Watches(&rbacv1.ClusterRoleBinding{}, ownerSidecar).
 		Watches(&rbacv1.RoleBinding{}, ownerSidecar).
 		WatchesRawSource(keyChanges.source(everySidecar)).
-		Complete(&rbacReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, conditions: book, log: log.WithName("rbac")}); err != nil {
+		Complete(&rbacReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, pods: pods, conditions: book, log: log.WithName("rbac")}); err != nil {
 		return err
 	}
 
@@ -596,7 +597,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Watches(&corev1.Secret{}, toPullSecrets).
 		WatchesRawSource(keyChanges.source(toPullSecrets)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(&pullSecretReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, policy: pullSecrets, resync: resync, log: log.WithName("pullsecrets")}); err != nil {
+		Complete(&pullSecretReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, pods: pods, policy: pullSecrets, resync: resync, log: log.WithName("pullsecrets")}); err != nil {
 		return err
 	}
 

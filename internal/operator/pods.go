@@ -1,11 +1,14 @@
 package operator
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
@@ -16,8 +19,47 @@ import (
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // indexInjectedSidecars indexes pods by the Sidecars their status annotation
-// records, so that the RBAC controller reads only the pods of one Sidecar.
+// records, so that the RBAC and pull secret controllers read only the pods
+// of one Sidecar.
 const indexInjectedSidecars = "sidecar-operator.io/injected-sidecars"
+
+// injectedPods returns the cached pods that record a Sidecar, themselves,
+// read-only.
+type injectedPods func(sidecar string) ([]*corev1.Pod, error)
+
+// indexInjectedPods indexes the pod cache by the Sidecars each pod records,
+// read in place: a List, even without deep copies, copies every pod's struct
+// (about 2 KiB) into a new slice, and one Sidecar may be on every pod.
+func indexInjectedPods(ctx context.Context, informers ctrlcache.Informers) (injectedPods, error) {
+	informer, err := informers.GetInformer(ctx, &corev1.Pod{}, ctrlcache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, err
+	}
+	shared, ok := informer.(toolscache.SharedIndexInformer)
+	if !ok {
+		return nil, fmt.Errorf("the pod informer is a %T, not a SharedIndexInformer", informer)
+	}
+	err = shared.AddIndexers(toolscache.Indexers{indexInjectedSidecars: func(obj any) ([]string, error) {
+		o, ok := obj.(client.Object)
+		if !ok {
+			return nil, nil
+		}
+		return injectedSidecarNames(o), nil
+	}})
+	if err != nil {
+		return nil, err
+	}
+	return func(sidecar string) ([]*corev1.Pod, error) {
+		objs, err := shared.GetIndexer().ByIndex(indexInjectedSidecars, sidecar)
+		pods := make([]*corev1.Pod, 0, len(objs))
+		for _, obj := range objs {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				pods = append(pods, pod)
+			}
+		}
+		return pods, err
+	}, nil
+}
 
 func injectedSidecarNames(obj client.Object) []string {
 	pod, ok := obj.(*corev1.Pod)

@@ -45,6 +45,7 @@ type pullSecretReconciler struct {
 	client    client.Client
 	apiReader client.Reader
 	gate      *grantGate
+	pods      injectedPods
 	policy    authorship.PullSecretPolicy
 	resync    time.Duration
 	log       logr.Logger
@@ -78,12 +79,11 @@ func (r *pullSecretReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (c
 			lagging[ref.Namespace+"/"+ref.Name] = true
 			continue
 		}
-		var pods corev1.PodList
-		if err := r.client.List(ctx, &pods, client.MatchingFields{indexInjectedSidecars: sc.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		pods, err := r.pods(sc.Name)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
-		for i := range pods.Items {
-			pod := &pods.Items[i]
+		for _, pod := range pods {
 			if pod.Namespace != ref.Namespace && view.grants(ctx, pod, sc.Name) {
 				want[types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}] = *ref
 			}

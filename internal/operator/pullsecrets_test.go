@@ -75,6 +75,19 @@ func fakeCluster(objs ...client.Object) client.WithWatch {
 		WithIndex(&corev1.Pod{}, indexInjectedSidecars, injectedSidecarNames).Build()
 }
 
+// listedPods stands in for the informer's index with the fake client's.
+func listedPods(c client.Reader) injectedPods {
+	return func(sidecar string) ([]*corev1.Pod, error) {
+		var list corev1.PodList
+		err := c.List(context.Background(), &list, client.MatchingFields{indexInjectedSidecars: sidecar})
+		pods := make([]*corev1.Pod, len(list.Items))
+		for i := range list.Items {
+			pods[i] = &list.Items[i]
+		}
+		return pods, err
+	}
+}
+
 func TestPullSecretCopies(t *testing.T) {
 	source := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "regcred"},
@@ -163,7 +176,7 @@ func TestPullSecretCopies(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := &pullSecretReconciler{
-				client: c, apiReader: c, gate: gate, log: logr.Discard(), resync: time.Minute,
+				client: c, apiReader: c, gate: gate, pods: listedPods(c), log: logr.Discard(), resync: time.Minute,
 				policy: authorship.PullSecretPolicy{Namespaces: []string{"ops"}},
 			}
 			res, err := r.Reconcile(context.Background(), pullSecretsKey)

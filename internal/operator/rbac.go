@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,6 +58,7 @@ type rbacReconciler struct {
 	// apiReader sees objects the cache, which holds only owned ones, does not.
 	apiReader  client.Reader
 	gate       *grantGate
+	pods       injectedPods
 	conditions *conditionBook
 	log        logr.Logger
 }
@@ -136,13 +136,12 @@ func (r *rbacReconciler) patchFinalizer(ctx context.Context, sc *v1alpha1.Sideca
 
 // sync makes the RBAC objects of one Sidecar match its injected pods.
 func (r *rbacReconciler) sync(ctx context.Context, view *grantView, sc *v1alpha1.Sidecar) error {
-	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.MatchingFields{indexInjectedSidecars: sc.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	pods, err := r.pods(sc.Name)
+	if err != nil {
 		return err
 	}
 	byNamespace := map[string]map[string]bool{} // namespace -> ServiceAccounts
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for _, pod := range pods {
 		if !view.grants(ctx, pod, sc.Name) {
 			continue
 		}
