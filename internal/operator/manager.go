@@ -263,7 +263,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if resync == 0 {
 		resync = DefaultPullSecretResync
 	}
-	if err := addFleetControllers(mgr, engines, gate, keyChanges, pullSecrets, nsLabels, excluded, resync, log); err != nil {
+	if err := addFleetControllers(mgr, gate, keyChanges, pullSecrets, nsLabels, excluded, resync, log); err != nil {
 		return err
 	}
 	if opts.MetricsSecure && opts.MetricsAddr != "0" && opts.MetricsAddr != "" {
@@ -537,9 +537,9 @@ var managedSelector = labels.SelectorFromSet(labels.Set{LabelManagedBy: managedB
 
 // addFleetControllers adds the RBAC and status controllers, which follow the
 // injected pods across the cluster.
-func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, gate *grantGate, keyChanges *ringChanges, pullSecrets authorship.PullSecretPolicy, nsLabels inject.NamespaceLabelsFunc, excluded func(string) bool, resync time.Duration, log logr.Logger) error {
+func addFleetControllers(mgr manager.Manager, gate *grantGate, keyChanges *ringChanges, pullSecrets authorship.PullSecretPolicy, nsLabels inject.NamespaceLabelsFunc, excluded func(string) bool, resync time.Duration, log logr.Logger) error {
 	ctx := context.Background()
-	pods, err := indexInjectedPods(ctx, mgr.GetCache())
+	pods, err := newPodCache(ctx, mgr.GetCache())
 	if err != nil {
 		return err
 	}
@@ -582,7 +582,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Watches(&rbacv1.ClusterRoleBinding{}, ownerSidecar).
 		Watches(&rbacv1.RoleBinding{}, ownerSidecar).
 		WatchesRawSource(keyChanges.source(everySidecar)).
-		Complete(&rbacReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, pods: pods, conditions: book, log: log.WithName("rbac")}); err != nil {
+		Complete(&rbacReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, pods: pods.injectedWith, conditions: book, log: log.WithName("rbac")}); err != nil {
 		return err
 	}
 
@@ -597,7 +597,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		Watches(&corev1.Secret{}, toPullSecrets).
 		WatchesRawSource(keyChanges.source(toPullSecrets)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(&pullSecretReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, pods: pods, policy: pullSecrets, resync: resync, log: log.WithName("pullsecrets")}); err != nil {
+		Complete(&pullSecretReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), gate: gate, pods: pods.injectedWith, policy: pullSecrets, resync: resync, log: log.WithName("pullsecrets")}); err != nil {
 		return err
 	}
 
@@ -630,7 +630,7 @@ func addFleetControllers(mgr manager.Manager, engines *webhook.SwappableEngine, 
 		WatchesRawSource(keyChanges.source(toFleet)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(&statusReconciler{
-			client: mgr.GetClient(), informers: mgr.GetCache(), engines: engines, nsLabels: nsLabels, conditions: book, gate: gate,
+			client: mgr.GetClient(), pods: pods, nsLabels: nsLabels, conditions: book, gate: gate,
 			events: mgr.GetEventRecorder("sidecar-operator"), log: log.WithName("status"), reported: sets.New[string](), excluded: excluded,
 		})
 }
@@ -663,20 +663,18 @@ func sidecarChanged() predicate.Predicate {
 }
 
 // judgementChanged passes pod events that can change how fleet.Judge sees
-// a pod: what selects it (labels, annotations), its record (annotations),
-// its injected containers (images), its owner, its end or its deletion. A
-// running pod's status churn (conditions, IPs, restarts) does not.
+// a pod: what changes its grants (injectionChanged), and what selects it
+// (labels, annotations), its owner or its deletion. A running pod's status
+// churn (conditions, IPs, restarts) does not.
 func judgementChanged() predicate.Predicate {
-	return predicate.Funcs{
+	return predicate.Or(injectionChanged(), predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
-			oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
-			newPod, ok2 := e.ObjectNew.(*corev1.Pod)
-			return !ok1 || !ok2 || !maps.Equal(oldPod.Labels, newPod.Labels) || !maps.Equal(oldPod.Annotations, newPod.Annotations) ||
-				fleet.Finished(oldPod) != fleet.Finished(newPod) || !oldPod.DeletionTimestamp.Equal(newPod.DeletionTimestamp) ||
-				!slices.EqualFunc(oldPod.OwnerReferences, newPod.OwnerReferences, func(a, b metav1.OwnerReference) bool { return a.UID == b.UID }) ||
-				!sameImages(oldPod.Spec.Containers, newPod.Spec.Containers) || !sameImages(oldPod.Spec.InitContainers, newPod.Spec.InitContainers)
+			o, n := e.ObjectOld, e.ObjectNew
+			return !maps.Equal(o.GetLabels(), n.GetLabels()) || !maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
+				!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
+				!slices.EqualFunc(o.GetOwnerReferences(), n.GetOwnerReferences(), func(a, b metav1.OwnerReference) bool { return a.UID == b.UID })
 		},
-	}
+	})
 }
 
 // injectionChanged passes pod events that can change a Sidecar's RBAC: the

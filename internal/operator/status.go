@@ -15,16 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
-	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
 // +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars/status,verbs=get;update;patch
@@ -46,7 +43,6 @@ var fleetKey = ctrl.Request{NamespacedName: types.NamespacedName{Name: "fleet"}}
 // RBACReady conditions.
 type statusReconciler struct {
 	client     client.Client
-	engines    *webhook.SwappableEngine
 	nsLabels   inject.NamespaceLabelsFunc
 	conditions *conditionBook
 	gate       *grantGate
@@ -62,8 +58,7 @@ type statusReconciler struct {
 	reported sets.Set[string]
 	// gauged are the Sidecars with metrics, to drop those of deleted ones.
 	gauged sets.Set[string]
-	// informers holds the pod cache, read in place.
-	informers ctrlcache.Informers
+	pods   *podCache
 	// lastPass is when the last pass began.
 	lastPass time.Time
 }
@@ -99,10 +94,6 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 			engineStale = true
 		}
 	}
-	pods, err := r.cachedPods(ctx)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
 	judge := &fleet.Judge{
 		Engine:          engine,
 		Revision:        func(name string) (string, bool) { rev, ok := revisions[name]; return rev, ok },
@@ -112,7 +103,7 @@ func (r *statusReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.
 	}
 	seen := sets.New[string]()
 	var states []fleet.PodSidecar
-	for _, obj := range pods {
+	for _, obj := range r.pods.all() {
 		pod := obj.(*corev1.Pod)
 		states = judge.Pod(pod, states[:0])
 		for _, st := range states {
@@ -194,21 +185,6 @@ func compileError(sc *v1alpha1.Sidecar) string {
 		return err.Error()
 	}
 	return "not loaded by the webhook yet"
-}
-
-// cachedPods are the cached pods themselves, read-only: a List, even
-// without deep copies, copies every pod's struct (about 2 KiB) into a new
-// slice on every pass, 70 MB of garbage per pass at 30k pods.
-func (r *statusReconciler) cachedPods(ctx context.Context) ([]any, error) {
-	informer, err := r.informers.GetInformer(ctx, &corev1.Pod{})
-	if err != nil {
-		return nil, err
-	}
-	shared, ok := informer.(toolscache.SharedIndexInformer)
-	if !ok {
-		return nil, fmt.Errorf("the pod informer is a %T, not a SharedIndexInformer", informer)
-	}
-	return shared.GetStore().List(), nil
 }
 
 // firstReport records key and says whether it was new.
