@@ -6,24 +6,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Pod annotation and label keys that make up the injection contract.
-const (
-	// AnnotationInject lists, comma-separated, Sidecars a pod requests by name.
-	AnnotationInject = "sidecar-operator.io/inject"
-	// AnnotationSkip vetoes injection: a comma-separated list of names, or "*".
-	AnnotationSkip = "sidecar-operator.io/skip"
-	// AnnotationStatus records what was injected, as InjectionStatus JSON.
-	AnnotationStatus = "sidecar-operator.io/status"
-	// LabelInjected is set to "true" on every pod that received a sidecar.
-	LabelInjected = "sidecar-operator.io/injected"
-	// LabelValidation on a namespace set to "disabled" turns pod validation
-	// off there; such a namespace gets no grants either.
-	LabelValidation = "sidecar-operator.io/validation"
-	// AnnotationRotate on the operator's certificate or signing key Secret
-	// asks for a rotation.
-	AnnotationRotate = "sidecar-operator.io/rotate"
-)
-
 // MissingParametersPolicy says what happens to a pod that lacks a required parameter.
 // +kubebuilder:validation:Enum=Reject;Skip
 type MissingParametersPolicy string
@@ -150,6 +132,8 @@ type SidecarRBAC struct {
 }
 
 // SidecarStatus is what the operator observes of a Sidecar across the cluster.
+// Two controllers apply it, each under its own field manager (RBACReady, and
+// the rest), so no field is required: either may write first.
 type SidecarStatus struct {
 	// ObservedGeneration is the generation the status was computed for.
 	// +optional
@@ -158,14 +142,18 @@ type SidecarStatus struct {
 	// +optional
 	Revision string `json:"revision,omitempty"`
 	// MatchedPods should have the sidecar: they have it, or would get it now.
+	// +optional
 	MatchedPods int32 `json:"matchedPods"`
 	// InjectedPods have the sidecar.
+	// +optional
 	InjectedPods int32 `json:"injectedPods"`
 	// OutdatedPods have the sidecar at an older revision than Revision.
+	// +optional
 	OutdatedPods int32 `json:"outdatedPods"`
 	// MissedPods match but were not injected, for example because they were
 	// created while the webhook was down, or before the Sidecar existed.
 	// Restarting their owner injects them.
+	// +optional
 	MissedPods int32 `json:"missedPods"`
 	// UnverifiedPods carry an injection record for this Sidecar that the
 	// operator cannot verify its webhook made for that pod (forged, copied,
@@ -173,6 +161,7 @@ type SidecarStatus struct {
 	// +optional
 	UnverifiedPods int32 `json:"unverifiedPods"`
 	// Namespaces counts the namespaces with at least one injected pod.
+	// +optional
 	Namespaces int32 `json:"namespaces"`
 	// Conditions: Ready (the Sidecar compiles and is served) and RBACReady
 	// (its RBAC objects are in place).

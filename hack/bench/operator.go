@@ -27,8 +27,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
@@ -58,7 +59,7 @@ func runOperator(args []string) error {
 	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{filepath.Join("config", "crd", "bases")}}); err != nil {
 		return err
 	}
-	k8s, err := client.NewWithWatch(cfg, client.Options{Scheme: operator.Scheme()})
+	k8s, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return err
 	}
@@ -103,7 +104,7 @@ func runOperator(args []string) error {
 	wantBindings := min(*namespaces, *pods)
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var bindings rbacv1.RoleBindingList
-		if err := k8s.List(ctx, &bindings, client.MatchingLabels{operator.LabelSidecar: agent.Name}); err != nil {
+		if err := k8s.List(ctx, &bindings, client.MatchingLabels{v1alpha1.LabelSidecar: agent.Name}); err != nil {
 			return false, err
 		}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(agent), agent); err != nil {
@@ -221,7 +222,7 @@ func shareSigningKey(ctx context.Context, k8s client.Client) (*signing.Ring, err
 		return nil, err
 	}
 	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: operator.DefaultSigningKeySecret, Labels: map[string]string{operator.LabelManagedBy: "sidecar-operator"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: signingkey.DefaultSecret, Labels: map[string]string{v1alpha1.LabelManagedBy: "sidecar-operator"}},
 		Data:       map[string][]byte{name: secret},
 	}
 	if err := k8s.Create(ctx, s); err != nil {

@@ -24,7 +24,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/rbac"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 )
 
@@ -43,7 +44,7 @@ func run(step string) error {
 	if err != nil {
 		return err
 	}
-	scheme := operator.Scheme()
+	scheme := scheme.New()
 	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return err
 	}
@@ -162,7 +163,7 @@ func applyExamples(ctx context.Context, c client.Client) error {
 // status, and prints them: the grant covers only the pod's own namespace.
 func showGrants(ctx context.Context, c client.Client, pod *corev1.Pod) error {
 	var binding rbacv1.RoleBinding
-	key := client.ObjectKey{Namespace: pod.Namespace, Name: operator.RoleName("xxl-agent")}
+	key := client.ObjectKey{Namespace: pod.Namespace, Name: rbac.RoleName("xxl-agent")}
 	for c.Get(ctx, key, &binding) != nil {
 		if err := sleep(ctx); err != nil {
 			return errors.New("the operator did not bind the xxl-agent's rules in time")

@@ -9,18 +9,18 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 func main() {
 	const namespace = "sidecar-operator-system"
-	cfg := operator.MutatingWebhookConfiguration("sidecar-operator",
-		operator.WebhookTarget{ServiceNamespace: namespace, ServiceName: "sidecar-operator"},
-		nil, operator.DefaultFailurePolicy, namespace)
+	cfg := webhookconfig.Mutating("sidecar-operator",
+		webhookconfig.Target{ServiceNamespace: namespace, ServiceName: "sidecar-operator"},
+		nil, webhookconfig.DefaultFailurePolicy, namespace)
 	cfg.APIVersion, cfg.Kind = "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"
-	validating := operator.ValidatingWebhookConfiguration("sidecar-operator",
-		operator.WebhookTarget{ServiceNamespace: namespace, ServiceName: "sidecar-operator"},
-		nil, operator.DefaultFailurePolicy, namespace)
+	validating := webhookconfig.Validating("sidecar-operator",
+		webhookconfig.Target{ServiceNamespace: namespace, ServiceName: "sidecar-operator"},
+		nil, webhookconfig.DefaultFailurePolicy, namespace)
 	validating.APIVersion, validating.Kind = "admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"
 	for file, obj := range map[string]any{"config/webhook/mutating.yaml": cfg, "config/webhook/validating.yaml": validating} {
 		out, err := yaml.Marshal(obj)

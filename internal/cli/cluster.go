@@ -9,7 +9,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/clusterstate"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 // clusterFlags are how the cluster tools (verify, explain pod, status,
@@ -21,7 +22,7 @@ type clusterFlags struct {
 func (c *clusterFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; empty follows $KUBECONFIG, ~/.kube/config, then the in-cluster config")
 	f.StringVar(&c.context, "context", "", "kubeconfig context to use")
-	f.StringVar(&c.webhookConfigName, "webhook-config-name", clusterstate.DefaultWebhookConfigName, "MutatingWebhookConfiguration the operator keeps")
+	f.StringVar(&c.webhookConfigName, "webhook-config-name", webhookconfig.DefaultName, "MutatingWebhookConfiguration the operator keeps")
 }
 
 // config loads the client configuration the way kubectl does.
@@ -40,7 +41,7 @@ func (c *clusterFlags) client() (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: operator.Scheme()})
+	return client.New(cfg, client.Options{Scheme: scheme.New()})
 }
 
 func (c *clusterFlags) loader(cl client.Reader) *clusterstate.Loader {

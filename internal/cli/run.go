@@ -2,8 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -15,18 +13,17 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/sidecar-operator/sidecar-operator/internal/certs"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/pullsecret"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
+	"github.com/sidecar-operator/sidecar-operator/internal/manager"
 )
 
 // runOptions are everything `run` is told, by flags, the environment or
-// --config, with the flags' defaults; validated into operator.Options.
+// --config, with the flags' defaults; manager.Options completes and
+// validates them.
 type runOptions struct {
-	kubeconfig, failurePolicy, webhookURL, serviceName string
-	certMode, namespace                                string
-	qps                                                float32
-	burst                                              int
-	operator.Options
+	kubeconfig, failurePolicy, certMode string
+	manager.Options
 }
 
 func newRunCommand() *cobra.Command {
@@ -68,75 +65,25 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 			if os.Getenv("GOGC") == "" {
 				debug.SetGCPercent(50)
 			}
-			// Writes grow with namespaces: client-go's default of 5 per second
-			// would take minutes to bind a thousand of them.
-			cfg.QPS, cfg.Burst = o.qps, o.burst
-			switch admissionv1.FailurePolicyType(o.failurePolicy) {
-			case admissionv1.Fail, admissionv1.Ignore:
-				opts.FailurePolicy = admissionv1.FailurePolicyType(o.failurePolicy)
-			default:
-				return fmt.Errorf("--failure-policy: want Fail or Ignore, got %q", o.failurePolicy)
-			}
-			switch opts.CertMode = operator.CertMode(o.certMode); opts.CertMode {
-			case operator.CertModeSelf:
-				if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
-					return fmt.Errorf("--tls-cert-file is for --cert-mode files or cert-manager")
-				}
-			case operator.CertModeFiles, operator.CertModeCertManager:
-				if opts.TLSCertFile == "" || opts.TLSKeyFile == "" {
-					return fmt.Errorf("--cert-mode %s needs --tls-cert-file and --tls-private-key-file", o.certMode)
-				}
-			default:
-				return fmt.Errorf("--cert-mode: want self, files or cert-manager, got %q", o.certMode)
-			}
-			opts.Namespace = o.namespace
-			if inCluster {
-				if opts.Namespace == "" {
-					opts.Namespace = os.Getenv("POD_NAMESPACE")
-				}
-				if opts.Namespace == "" {
-					return fmt.Errorf("set POD_NAMESPACE (with the downward API) or --namespace in a cluster")
-				}
-				opts.Target = operator.WebhookTarget{ServiceNamespace: opts.Namespace, ServiceName: o.serviceName}
-				opts.WebhookHosts = certs.ServiceHosts(o.serviceName, opts.Namespace)
-			} else {
-				if o.webhookURL == "" {
-					host, port, err := net.SplitHostPort(opts.WebhookAddr)
-					if err != nil {
-						return fmt.Errorf("--webhook-addr: %w", err)
-					}
-					if host == "" || host == "0.0.0.0" || host == "::" {
-						host = "127.0.0.1"
-					}
-					o.webhookURL = "https://" + net.JoinHostPort(host, port)
-				}
-				u, err := url.Parse(o.webhookURL)
-				if err != nil || u.Scheme != "https" || u.Host == "" {
-					return fmt.Errorf("--webhook-url: want https://host[:port], got %q", o.webhookURL)
-				}
-				opts.Target = operator.WebhookTarget{URL: o.webhookURL}
-				opts.WebhookHosts = []string{u.Hostname(), "localhost"}
-				if opts.Namespace == "" {
-					opts.Namespace = "sidecar-operator-system"
-				}
-				opts.CreateNamespace = true
-			}
+			opts.InCluster, opts.PodNamespace = inCluster, os.Getenv("POD_NAMESPACE")
+			opts.FailurePolicy = admissionv1.FailurePolicyType(o.failurePolicy)
+			opts.CertMode = manager.CertMode(o.certMode)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return operator.Run(ctx, cfg, *opts)
+			return manager.Run(ctx, cfg, *opts)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then the in-cluster config")
 	f.StringVar(&opts.WebhookAddr, "webhook-addr", "127.0.0.1:9443", "host:port the webhook listens on (use :9443 in a cluster)")
-	f.StringVar(&o.webhookURL, "webhook-url", "", "base URL the apiserver calls outside a cluster (default https://<webhook-addr>)")
-	f.StringVar(&o.serviceName, "service-name", "sidecar-operator", "Service in front of the webhook, inside a cluster")
-	f.StringVar(&o.certMode, "cert-mode", string(operator.CertModeSelf), "who makes the serving certificate: self, files or cert-manager")
+	f.StringVar(&opts.WebhookURL, "webhook-url", "", "base URL the apiserver calls outside a cluster (default https://<webhook-addr>)")
+	f.StringVar(&opts.ServiceName, "service-name", "sidecar-operator", "Service in front of the webhook, inside a cluster")
+	f.StringVar(&o.certMode, "cert-mode", string(manager.CertModeSelf), "who makes the serving certificate: self, files or cert-manager")
 	f.StringVar(&opts.CertSecret, "cert-secret", "sidecar-operator-certs", "Secret holding the CA and serving certificate (--cert-mode self)")
 	f.DurationVar(&opts.Certificates.CAValidity, "ca-validity", 365*24*time.Hour, "lifetime of a new CA; replaced at 2/3 of it")
 	f.DurationVar(&opts.Certificates.LeafValidity, "cert-validity", 90*24*time.Hour, "lifetime of a new serving certificate; renewed at 2/3 of it")
 	f.DurationVar(&opts.Certificates.PublishDelay, "ca-publish-delay", 10*time.Second, "how long a new CA is trusted before the serving certificate moves to it")
-	f.StringVar(&o.namespace, "namespace", "", "namespace of the certificate Secret and the leader lease (default: POD_NAMESPACE in a cluster, sidecar-operator-system outside, created if missing)")
+	f.StringVar(&opts.Namespace, "namespace", "", "namespace of the certificate Secret and the leader lease (default: POD_NAMESPACE in a cluster, sidecar-operator-system outside, created if missing)")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to write; every replica serves the webhook")
 	f.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a leader's lease lasts without renewal")
 	f.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before giving up")
@@ -148,12 +95,12 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 	f.StringVar(&opts.CAFile, "ca-file", "", "PEM CA registered as the webhook's caBundle with --tls-cert-file")
 	f.StringVar(&opts.WebhookConfigName, "webhook-config-name", "sidecar-operator", "MutatingWebhookConfiguration to keep in step")
 	f.StringVar(&o.failurePolicy, "failure-policy", "Fail", "webhook failurePolicy: Fail (no pod escapes injection) or Ignore")
-	f.StringVar(&opts.SigningKeySecret, "signing-key-secret", operator.DefaultSigningKeySecret, "Secret in --namespace whose keys sign injection records (made if missing); add a key with kubectl annotate secret <it> sidecar-operator.io/rotate=key")
-	f.DurationVar(&opts.SigningKeyActivation, "signing-key-activation", operator.DefaultSigningKeyActivation, "how long a new signing key waits, so that every replica has loaded it, before it signs")
+	f.StringVar(&opts.SigningKeySecret, "signing-key-secret", signingkey.DefaultSecret, "Secret in --namespace whose keys sign injection records (made if missing); add a key with kubectl annotate secret <it> sidecar-operator.io/rotate=key")
+	f.DurationVar(&opts.SigningKeyActivation, "signing-key-activation", signingkey.DefaultActivation, "how long a new signing key waits, so that every replica has loaded it, before it signs")
 	f.StringSliceVar(&opts.PullSecretNamespaces, "pull-secret-namespaces", nil, "namespaces imagePullSecret sources may come from (default: --namespace)")
-	f.DurationVar(&opts.PullSecretResync, "pull-secret-resync", operator.DefaultPullSecretResync, "how soon a change to an imagePullSecret's source reaches its copies")
-	f.Float32Var(&o.qps, "kube-api-qps", 100, "requests per second to the apiserver, sustained")
-	f.IntVar(&o.burst, "kube-api-burst", 200, "requests to the apiserver in a burst")
+	f.DurationVar(&opts.PullSecretResync, "pull-secret-resync", pullsecret.DefaultResync, "how soon a change to an imagePullSecret's source reaches its copies")
+	f.Float32Var(&opts.QPS, "kube-api-qps", 100, "requests per second to the apiserver, sustained")
+	f.IntVar(&opts.Burst, "kube-api-burst", 200, "requests to the apiserver in a burst")
 	addConfigFlag(cmd)
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", "address for Prometheus metrics and the admin API and page (/admin/v1/inventory, /admin/v1/sidecars, /); 0 disables them")
 	f.StringVar(&opts.PprofAddr, "pprof-bind-address", "", "address for Go's /debug/pprof profiles, unauthenticated: bind it to loopback; empty disables it")

@@ -13,7 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/diagnose"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 )
 
 // Without a controller-manager nothing observes the Deployment: verify
@@ -22,7 +23,7 @@ import (
 // control plane in test/integration.)
 func TestVerifyWorkloadWithoutControllerManager(t *testing.T) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{corev1.LabelMetadataName: "shop"}}}
-	c := fake.NewClientBuilder().WithScheme(operator.Scheme()).WithObjects(ns).Build()
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(ns).Build()
 	o := &verifyOptions{
 		namespace: "shop", sidecars: []string{"fluentd"}, optIn: true, image: "pause",
 		workload: true, timeout: time.Second, controllerWait: 300 * time.Millisecond,
@@ -34,7 +35,7 @@ func TestVerifyWorkloadWithoutControllerManager(t *testing.T) {
 	if report.Mode != "workload" || !strings.Contains(strings.Join(report.Notes, "\n"), "no controller-manager observed the Deployment") {
 		t.Errorf("notes %q", report.Notes)
 	}
-	if len(report.Sidecars) != 1 || report.Sidecars[0].Injected || report.Sidecars[0].Cause != CauseNoSuchSidecar {
+	if len(report.Sidecars) != 1 || report.Sidecars[0].Injected || report.Sidecars[0].Cause != diagnose.CauseNoSuchSidecar {
 		t.Errorf("sidecars %+v", report.Sidecars)
 	}
 	for _, list := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}} {

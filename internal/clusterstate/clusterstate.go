@@ -19,10 +19,8 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
-
-// DefaultWebhookConfigName is the MutatingWebhookConfiguration `run` keeps.
-const DefaultWebhookConfigName = "sidecar-operator"
 
 // Loader reads a Snapshot.
 type Loader struct {
@@ -31,7 +29,7 @@ type Loader struct {
 	Reader client.Reader
 	// Live reads ReplicaSets and the webhook configuration; default Reader.
 	Live client.Reader
-	// WebhookConfigName defaults to DefaultWebhookConfigName.
+	// WebhookConfigName defaults to webhookconfig.DefaultName.
 	WebhookConfigName string
 	// PageSize pages pod lists from the apiserver; 0 lists at once, as a
 	// cache needs.
@@ -81,7 +79,7 @@ func (l *Loader) Load(ctx context.Context, namespace string, withPods bool) (*Sn
 
 	name := l.WebhookConfigName
 	if name == "" {
-		name = DefaultWebhookConfigName
+		name = webhookconfig.DefaultName
 	}
 	s.WebhookName = name
 	webhook := &admissionv1.MutatingWebhookConfiguration{}
@@ -157,16 +155,8 @@ func (s *Snapshot) namespaceSkipped(namespace string) string {
 	if !ok {
 		return fmt.Sprintf("namespace %s does not exist", namespace)
 	}
-	for _, w := range s.Webhook.Webhooks {
-		if w.NamespaceSelector != nil {
-			sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
-			if err != nil || !sel.Matches(labels.Set(nsLabels)) {
-				return fmt.Sprintf("webhook %s excludes namespace %s: its namespaceSelector %s does not match the namespace's labels %s (kube-system, the operator's namespace and namespaces labelled sidecar-operator.io/webhook=disabled are excluded)",
-					w.Name, namespace, sel, labels.Set(nsLabels))
-			}
-		}
-	}
-	return ""
+	_, why := webhookconfig.Serves(s.Webhook, namespace, nsLabels)
+	return why
 }
 
 // Excluded reports namespaces the webhook configuration does not serve.
@@ -181,7 +171,7 @@ func (s *Snapshot) Judge() *fleet.Judge {
 
 // Summary judges the snapshot's pods.
 func (s *Snapshot) Summary() *fleet.Summary {
-	return fleet.Summarize(s.Pods, s.Engine.Names(), s.Judge(), s.Owners)
+	return fleet.Summarize(fleet.Each(s.Pods), s.Engine.Names(), s.Judge(), s.Owners, nil)
 }
 
 // SidecarRow is one Sidecar's line of status.

@@ -5,6 +5,7 @@
 package fleet
 
 import (
+	"iter"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -172,15 +173,28 @@ type WorkloadSidecar struct {
 // NeedsRestart reports pods that a restart would bring to the current revision.
 func (s WorkloadSidecar) NeedsRestart() bool { return s.Outdated+s.Missed > 0 }
 
+// Each yields the address of each pod of a list.
+func Each(pods []corev1.Pod) iter.Seq[*corev1.Pod] {
+	return func(yield func(*corev1.Pod) bool) {
+		for i := range pods {
+			if !yield(&pods[i]) {
+				return
+			}
+		}
+	}
+}
+
 // Summary is the fleet at one moment: each Sidecar's counts and each workload.
 type Summary struct {
 	Sidecars  map[string]*Counts
 	Workloads []Workload
 }
 
-// Summarize judges every pod. sidecars are the names to count, so that a
-// Sidecar without pods still has counts.
-func Summarize(pods []corev1.Pod, sidecars []string, judge *Judge, owners ReplicaSetOwners) *Summary {
+// Summarize judges every pod: the status controller over its cache, the
+// commands over what they listed. sidecars are the names to count, so that a
+// Sidecar without pods still has counts. Workloads are summed only when
+// owners is not nil. visit, when set, sees each state judged.
+func Summarize(pods iter.Seq[*corev1.Pod], sidecars []string, judge *Judge, owners ReplicaSetOwners, visit func(*corev1.Pod, PodSidecar)) *Summary {
 	s := &Summary{Sidecars: make(map[string]*Counts, len(sidecars))}
 	for _, name := range sidecars {
 		s.Sidecars[name] = NewCounts()
@@ -191,9 +205,20 @@ func Summarize(pods []corev1.Pod, sidecars []string, judge *Judge, owners Replic
 	}
 	workloads := map[WorkloadRef]*acc{}
 	var states []PodSidecar
-	for i := range pods {
-		pod := &pods[i]
+	for pod := range pods {
 		if Finished(pod) || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		states = judge.Pod(pod, states[:0])
+		for _, st := range states {
+			if c := s.Sidecars[st.Sidecar]; c != nil {
+				c.Add(pod.Namespace, st.State)
+			}
+			if visit != nil {
+				visit(pod, st)
+			}
+		}
+		if owners == nil {
 			continue
 		}
 		ref := owners.WorkloadOf(pod)
@@ -203,11 +228,7 @@ func Summarize(pods []corev1.Pod, sidecars []string, judge *Judge, owners Replic
 			workloads[ref] = w
 		}
 		w.pods++
-		states = judge.Pod(pod, states[:0])
 		for _, st := range states {
-			if c := s.Sidecars[st.Sidecar]; c != nil {
-				c.Add(pod.Namespace, st.State)
-			}
 			ws := w.sidecars[st.Sidecar]
 			if ws == nil {
 				ws = &WorkloadSidecar{Name: st.Sidecar}

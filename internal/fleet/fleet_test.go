@@ -47,7 +47,7 @@ func TestSummarize(t *testing.T) {
 		NamespaceLabels: inject.DefaultNamespaceLabels,
 		Excluded:        func(ns string) bool { return ns == "quiet" },
 	}
-	s := Summarize(pods, []string{"logger"}, judge, NewReplicaSetOwners([]metav1.PartialObjectMetadata{rs}))
+	s := Summarize(Each(pods), []string{"logger"}, judge, NewReplicaSetOwners([]metav1.PartialObjectMetadata{rs}), nil)
 
 	c := s.Sidecars["logger"]
 	if c.Matched != 3 || c.Injected != 2 || c.Outdated != 1 || c.Missed != 1 || c.Namespaces.Len() != 1 {

@@ -25,8 +25,9 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 // TestApiserverPresentsAClientCertificate starts a kube-apiserver with an
@@ -112,11 +113,11 @@ plugins:
 		t.Fatal(err)
 	}
 	defer func() { _ = env.Stop() }()
-	c, err := client.New(cfg2, client.Options{Scheme: operator.Scheme()})
+	c, err := client.New(cfg2, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, operator.MutatingWebhookConfiguration("client-auth", operator.WebhookTarget{URL: "https://" + addr}, servingCA.CertPEM, admissionv1.Fail)); err != nil {
+	if err := c.Create(ctx, webhookconfig.Mutating("client-auth", webhookconfig.Target{URL: "https://" + addr}, servingCA.CertPEM, admissionv1.Fail)); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}}); err != nil {

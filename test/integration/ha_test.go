@@ -29,7 +29,9 @@ import (
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
+	"github.com/sidecar-operator/sidecar-operator/internal/manager"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 // front is a loopback TCP load balancer, standing in for a Service: each
@@ -132,11 +134,11 @@ func TestTwoReplicas(t *testing.T) {
 		r.cancel = cancel
 		go func() {
 			defer close(r.done)
-			err := operator.Run(rctx, cfg, operator.Options{
+			err := manager.Run(rctx, cfg, manager.Options{
 				WebhookAddr:       r.addr,
 				WebhookHosts:      []string{"127.0.0.1"},
 				WebhookConfigName: config,
-				Target:            operator.WebhookTarget{URL: "https://" + lb.ln.Addr().String()},
+				Target:            webhookconfig.Target{URL: "https://" + lb.ln.Addr().String()},
 				FailurePolicy:     admissionv1.Fail,
 				Namespace:         namespace,
 				CreateNamespace:   true,
@@ -292,7 +294,7 @@ func shareSigningKey(t *testing.T, namespace string) {
 	t.Helper()
 	ctx := context.Background()
 	var main corev1.Secret
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operator.DefaultSigningKeySecret}, &main); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: signingkey.DefaultSecret}, &main); err != nil {
 		t.Fatal(err)
 	}
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -355,9 +357,9 @@ func runReplicaProcess(spec string) int {
 		return 2
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
-	err = operator.Run(ctrl.SetupSignalHandler(), rc, operator.Options{
+	err = manager.Run(ctrl.SetupSignalHandler(), rc, manager.Options{
 		WebhookAddr: s.Addr, WebhookHosts: []string{"127.0.0.1"}, WebhookConfigName: s.Config,
-		Target: operator.WebhookTarget{URL: s.Target}, FailurePolicy: admissionv1.Fail,
+		Target: webhookconfig.Target{URL: s.Target}, FailurePolicy: admissionv1.Fail,
 		Namespace: s.Namespace, CreateNamespace: true, CertSecret: s.Secret,
 		Certificates:   certrotation.Options{PublishDelay: time.Second},
 		LeaderElection: true, LeaseDuration: s.Lease, RenewDeadline: s.Lease * 3 / 4, RetryPeriod: s.Retry,

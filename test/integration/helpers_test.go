@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 )
 
@@ -141,7 +141,7 @@ func warningClient(t *testing.T) (client.Client, *warnings) {
 	w := &warnings{}
 	c := rest.CopyConfig(cfg)
 	c.WarningHandler = w
-	cl, err := client.New(c, client.Options{Scheme: operator.Scheme()})
+	cl, err := client.New(c, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
@@ -110,7 +110,7 @@ func TestExamplesInjectIntoStoredPod(t *testing.T) {
 func clusterRing(t *testing.T) *signing.Ring {
 	t.Helper()
 	var s corev1.Secret
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: operator.DefaultSigningKeySecret}, &s); err != nil {
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: signingkey.DefaultSecret}, &s); err != nil {
 		t.Fatal(err)
 	}
 	ring, err := signing.ParseRing(s.Data, 0)
@@ -191,7 +191,7 @@ func TestAdmissionReviewV1beta1(t *testing.T) {
 	ctx := context.Background()
 	applySidecar(t, exampleSidecars(t)["fluentd"])
 	// The main configuration skips namespaces labelled disabled; this one serves only them.
-	ns := createNamespace(t, map[string]string{operator.LabelWebhook: "disabled", "review": "v1beta1"})
+	ns := createNamespace(t, map[string]string{v1alpha1.LabelWebhook: "disabled", "review": "v1beta1"})
 	var main admissionv1.MutatingWebhookConfiguration
 	if err := k8s.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &main); err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ func TestNativeSidecarAndExcludedNamespace(t *testing.T) {
 		t.Fatalf("restartPolicy %v", rp)
 	}
 
-	excluded := createNamespace(t, map[string]string{operator.LabelWebhook: "disabled"})
+	excluded := createNamespace(t, map[string]string{v1alpha1.LabelWebhook: "disabled"})
 	other := examplePod(excluded)
 	other.Labels = map[string]string{"logging": "native"}
 	other.Annotations = nil

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
 )
 
 func dockerConfig(auth string) map[string][]byte {
@@ -59,7 +58,7 @@ func TestPullSecretIsCopiedWhereInjected(t *testing.T) {
 			if c.Type != corev1.SecretTypeDockerConfigJson || !bytes.Equal(c.Data[corev1.DockerConfigJsonKey], want[corev1.DockerConfigJsonKey]) {
 				return fmt.Errorf("copy has %s %q", c.Type, c.Data)
 			}
-			if c.Annotations[operator.AnnotationCopiedFrom] != registry+"/"+name {
+			if c.Annotations[v1alpha1.AnnotationCopiedFrom] != registry+"/"+name {
 				return fmt.Errorf("copy annotations %v", c.Annotations)
 			}
 			return nil
@@ -76,7 +75,7 @@ func TestPullSecretIsCopiedWhereInjected(t *testing.T) {
 
 	// A Secret of that name the operator did not make is left alone.
 	var kept corev1.Secret
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(handMade), &kept); err != nil || string(kept.Data["mine"]) != "1" || kept.Labels[operator.LabelManagedBy] != "" {
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(handMade), &kept); err != nil || string(kept.Data["mine"]) != "1" || kept.Labels[v1alpha1.LabelManagedBy] != "" {
 		t.Fatalf("hand-made secret changed: %+v %v", kept, err)
 	}
 

@@ -18,7 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/rbac"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/status"
 )
 
 var execRules = []rbacv1.PolicyRule{
@@ -68,7 +69,7 @@ func waitBinding(t *testing.T, sc *v1alpha1.Sidecar, namespace string, subjects 
 	t.Helper()
 	eventually(t, 20*time.Second, func() error {
 		var rb rbacv1.RoleBinding
-		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: operator.RoleName(sc.Name)}, &rb)
+		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: rbac.RoleName(sc.Name)}, &rb)
 		switch {
 		case len(subjects) == 0 && isNotFound(err):
 			return nil
@@ -78,7 +79,7 @@ func waitBinding(t *testing.T, sc *v1alpha1.Sidecar, namespace string, subjects 
 			return err
 		case !slices.Equal(subjectNames(rb.Subjects), subjects):
 			return fmt.Errorf("RoleBinding in %s has subjects %v, want %v", namespace, subjectNames(rb.Subjects), subjects)
-		case rb.RoleRef.Name != operator.RoleName(sc.Name) || rb.RoleRef.Kind != "ClusterRole":
+		case rb.RoleRef.Name != rbac.RoleName(sc.Name) || rb.RoleRef.Kind != "ClusterRole":
 			return fmt.Errorf("RoleBinding refers to %+v", rb.RoleRef)
 		}
 		return nil
@@ -120,10 +121,10 @@ func TestRBACFollowsInjectedPods(t *testing.T) {
 	waitBinding(t, sc, ns1, ns1+"/alpha", ns1+"/default")
 	waitBinding(t, sc, ns2, ns2+"/gamma")
 	var role rbacv1.ClusterRole
-	if err := k8s.Get(ctx, client.ObjectKey{Name: operator.RoleName(sc.Name)}, &role); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Name: rbac.RoleName(sc.Name)}, &role); err != nil {
 		t.Fatal(err)
 	}
-	if len(role.Rules) != 2 || role.Labels[operator.LabelSidecar] != sc.Name {
+	if len(role.Rules) != 2 || role.Labels[v1alpha1.LabelSidecar] != sc.Name {
 		t.Fatalf("ClusterRole %+v", role)
 	}
 	var none rbacv1.RoleBindingList
@@ -131,7 +132,7 @@ func TestRBACFollowsInjectedPods(t *testing.T) {
 		t.Fatalf("namespace without injected pods has bindings %v (%v)", none.Items, err)
 	}
 	var crb rbacv1.ClusterRoleBinding
-	if err := k8s.Get(ctx, client.ObjectKey{Name: operator.ClusterRoleName(sc.Name)}, &crb); !isNotFound(err) {
+	if err := k8s.Get(ctx, client.ObjectKey{Name: rbac.ClusterRoleName(sc.Name)}, &crb); !isNotFound(err) {
 		t.Fatalf("cluster-wide binding without clusterRules: %v", err)
 	}
 	// Seed 000 granted pods/exec cluster-wide; here it holds only where the pod runs.
@@ -153,7 +154,7 @@ func TestRBACFollowsInjectedPods(t *testing.T) {
 	// The rules change: the ClusterRole follows.
 	updateSidecar(t, sc, func(sc *v1alpha1.Sidecar) { sc.Spec.RBAC.Rules = execRules[:1] })
 	eventually(t, 20*time.Second, func() error {
-		if err := k8s.Get(ctx, client.ObjectKey{Name: operator.RoleName(sc.Name)}, &role); err != nil {
+		if err := k8s.Get(ctx, client.ObjectKey{Name: rbac.RoleName(sc.Name)}, &role); err != nil {
 			return err
 		}
 		if len(role.Rules) != 1 {
@@ -165,7 +166,7 @@ func TestRBACFollowsInjectedPods(t *testing.T) {
 	// The Sidecar goes: everything it created goes, through its finalizer.
 	deleteAndWait(t, sc)
 	waitBinding(t, sc, ns2)
-	if err := k8s.Get(ctx, client.ObjectKey{Name: operator.RoleName(sc.Name)}, &role); !isNotFound(err) {
+	if err := k8s.Get(ctx, client.ObjectKey{Name: rbac.RoleName(sc.Name)}, &role); !isNotFound(err) {
 		t.Fatalf("ClusterRole left behind: %v", err)
 	}
 }
@@ -182,7 +183,7 @@ func TestClusterRulesAreAnExplicitOptIn(t *testing.T) {
 	createPod(t, sc, ns1, "alpha")
 	last := createPod(t, sc, ns2, "beta")
 
-	name := operator.ClusterRoleName(sc.Name)
+	name := rbac.ClusterRoleName(sc.Name)
 	waitClusterSubjects := func(want ...string) {
 		t.Helper()
 		slices.Sort(want)
@@ -206,7 +207,7 @@ func TestClusterRulesAreAnExplicitOptIn(t *testing.T) {
 		t.Fatalf("cluster ClusterRole %+v: %v", role, err)
 	}
 	// No namespaced rules: no namespaced ClusterRole or RoleBindings.
-	if err := k8s.Get(ctx, client.ObjectKey{Name: operator.RoleName(sc.Name)}, &role); !isNotFound(err) {
+	if err := k8s.Get(ctx, client.ObjectKey{Name: rbac.RoleName(sc.Name)}, &role); !isNotFound(err) {
 		t.Fatalf("namespaced ClusterRole without rules: %v", err)
 	}
 	if err := k8s.Delete(ctx, last); err != nil {
@@ -219,7 +220,7 @@ func TestHandMadeObjectsAreNeverTakenOver(t *testing.T) {
 	ctx := context.Background()
 	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
 	handMade := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: operator.RoleName(sc.Name)},
+		ObjectMeta: metav1.ObjectMeta{Name: rbac.RoleName(sc.Name)},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}},
 	}
 	if err := k8s.Create(ctx, handMade); err != nil {
@@ -314,11 +315,11 @@ func TestStatusCountsInjectedOutdatedAndMissedPods(t *testing.T) {
 			return err
 		}
 		for _, e := range events.Items {
-			if e.Reason == operator.ReasonInjectionMissed && e.Regarding.Name == missed.Name {
+			if e.Reason == status.ReasonInjectionMissed && e.Regarding.Name == missed.Name {
 				return nil
 			}
 		}
-		return fmt.Errorf("no %s event for %s among %d events", operator.ReasonInjectionMissed, missed.Name, len(events.Items))
+		return fmt.Errorf("no %s event for %s among %d events", status.ReasonInjectionMissed, missed.Name, len(events.Items))
 	})
 
 	// The same figures are metrics on the manager's registry.

@@ -19,8 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/rbac"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
@@ -222,7 +223,7 @@ func TestReviewSquattedSidecarNameHarvestsRecords(t *testing.T) {
 // what the operator controls is that its own Secrets are never copied out.
 func TestReviewSigningKeyIsNeverAPullSecret(t *testing.T) {
 	author := sidecarAuthor(t, authorSecretsUser, true)
-	for _, name := range []string{operator.DefaultSigningKeySecret, certSecret} {
+	for _, name := range []string{signingkey.DefaultSecret, certSecret} {
 		sc := agentSidecar(nil)
 		sc.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: operatorNamespace, Name: name}
 		err := authorCreate(t, author, sc)
@@ -330,7 +331,7 @@ func TestReviewDeletedSigningKeyRevokesGrants(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	key := client.ObjectKey{Namespace: operatorNamespace, Name: operator.DefaultSigningKeySecret}
+	key := client.ObjectKey{Namespace: operatorNamespace, Name: signingkey.DefaultSecret}
 	update := func(change func(*corev1.Secret)) func(t *testing.T) {
 		return func(t *testing.T) {
 			t.Helper()
@@ -362,7 +363,7 @@ func TestReviewDeletedSigningKeyRevokesGrants(t *testing.T) {
 		{name: "only a malformed entry left", take: update(func(s *corev1.Secret) { s.Data = map[string][]byte{"k1": []byte("short")} })},
 		{name: "replaced, and the Secret unlabelled", take: update(func(s *corev1.Secret) {
 			s.Data = freshKey(t, s.Data)
-			delete(s.Labels, operator.LabelManagedBy)
+			delete(s.Labels, v1alpha1.LabelManagedBy)
 		})},
 		{name: "the Secret deleted", take: deleteSecret},
 		{
@@ -380,8 +381,8 @@ func TestReviewDeletedSigningKeyRevokesGrants(t *testing.T) {
 		},
 		{
 			name:        "claimed by another manager, keys and all",
-			take:        update(func(s *corev1.Secret) { s.Labels[operator.LabelManagedBy] = "Helm" }),
-			restore:     update(func(s *corev1.Secret) { s.Labels[operator.LabelManagedBy] = "sidecar-operator" }),
+			take:        update(func(s *corev1.Secret) { s.Labels[v1alpha1.LabelManagedBy] = "Helm" }),
+			restore:     update(func(s *corev1.Secret) { s.Labels[v1alpha1.LabelManagedBy] = "sidecar-operator" }),
 			restoresKey: true,
 		},
 	} {
@@ -412,11 +413,11 @@ func TestReviewDeletedSigningKeyRevokesGrants(t *testing.T) {
 			tc.take(t)
 			gone := within(15*time.Second, func() bool {
 				var rb rbacv1.RoleBinding
-				return isNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: operator.RoleName(sc.Name)}, &rb))
+				return isNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: rbac.RoleName(sc.Name)}, &rb))
 			})
 			if !gone {
 				var rb rbacv1.RoleBinding
-				_ = k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: operator.RoleName(sc.Name)}, &rb)
+				_ = k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: rbac.RoleName(sc.Name)}, &rb)
 				t.Errorf("signing key %s was taken away 15s ago, yet pod %s/%s, whose record only it signed, still has %s's rules: RoleBinding subjects %v, pods/exec %v",
 					oldID, ns, pod.Name, sc.Name, subjectNames(rb.Subjects), canExec(t, ns, "default", ns))
 			}

@@ -25,7 +25,9 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/manager"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 const (
@@ -79,7 +81,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.Remove(kubeconfig)
-	if k8s, err = client.New(cfg, client.Options{Scheme: operator.Scheme()}); err != nil {
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme.New()}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -101,7 +103,7 @@ func run(m *testing.M) int {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := operator.Run(ctx, cfg, operator.Options{
+		err := manager.Run(ctx, cfg, manager.Options{
 			WebhookAddr:       addr,
 			WebhookHosts:      []string{"127.0.0.1"},
 			Namespace:         operatorNamespace,
@@ -112,7 +114,7 @@ func run(m *testing.M) int {
 			SeveralInProcess:  true,
 			DrainDelay:        time.Second,
 			WebhookConfigName: webhookConfigName,
-			Target:            operator.WebhookTarget{URL: webhookURL},
+			Target:            webhookconfig.Target{URL: webhookURL},
 			FailurePolicy:     admissionv1.Fail,
 			MetricsAddr:       adminAddr,
 			MetricsSecure:     true,

@@ -26,10 +26,11 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 	"github.com/sidecar-operator/sidecar-operator/internal/cli"
+	"github.com/sidecar-operator/sidecar-operator/internal/diagnose"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 // runCLI runs a sidecar-operator command against the test cluster and
@@ -69,7 +70,7 @@ func loggerSidecar(name string, selector map[string]string) *v1alpha1.Sidecar {
 // vfy-broken=<value>, at url with caBundle.
 func brokenWebhook(t *testing.T, value, url string, caBundle []byte) {
 	t.Helper()
-	cfg := operator.MutatingWebhookConfiguration("vfy-broken-"+value, operator.WebhookTarget{URL: url}, caBundle, admissionv1.Fail)
+	cfg := webhookconfig.Mutating("vfy-broken-"+value, webhookconfig.Target{URL: url}, caBundle, admissionv1.Fail)
 	cfg.Webhooks[0].Name = value + ".broken.sidecar-operator.io"
 	cfg.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"vfy-broken": value}}
 	cfg.Webhooks[0].TimeoutSeconds = ptr.To[int32](2)
@@ -88,7 +89,7 @@ func TestVerifyDryRun(t *testing.T) {
 	applySidecar(t, logger)
 	applySidecar(t, agent)
 	ns := createNamespace(t, nil)
-	excluded := createNamespace(t, map[string]string{operator.LabelWebhook: "disabled"})
+	excluded := createNamespace(t, map[string]string{v1alpha1.LabelWebhook: "disabled"})
 
 	otherCA, err := certs.NewCA("not-the-webhook's-ca", time.Hour)
 	if err != nil {
@@ -109,16 +110,16 @@ func TestVerifyDryRun(t *testing.T) {
 		wantCause string
 		wantText  string
 	}{
-		{"injected", []string{"-n", ns, "--sidecar", "vfy-logger"}, cli.CauseInjected, ""},
-		{"parameters given", []string{"-n", ns, "--sidecar", "vfy-agent", "--annotation", "vfy/app=shop"}, cli.CauseInjected, ""},
-		{"required parameter missing", []string{"-n", ns, "--sidecar", "vfy-agent"}, cli.CauseMissingParameter, `"vfy/app"`},
-		{"denied for another sidecar", []string{"-n", ns, "--sidecar", "vfy-logger,vfy-agent"}, cli.CauseOtherDenied, `"vfy/app"`},
-		{"no such Sidecar", []string{"-n", ns, "--sidecar", "vfy-nope"}, cli.CauseNoSuchSidecar, "does not exist"},
-		{"selector mismatch", []string{"-n", ns, "--sidecar", "vfy-logger", "--opt-in=false", "--label", "logging=other"}, cli.CauseNotSelected, `selector "logging=vfy" does not match`},
-		{"activation off", []string{"-n", ns, "--sidecar", "vfy-agent", "--opt-in=false", "--annotation", "vfy/enable=false"}, cli.CauseNotSelected, `activation annotation vfy/enable is "false"`},
-		{"namespace excluded from the webhook", []string{"-n", excluded, "--sidecar", "vfy-logger"}, cli.CauseWebhookNotCalled, "excludes namespace " + excluded},
-		{"TLS failure", []string{"-n", tlsNS, "--sidecar", "vfy-logger"}, cli.CauseTLS, "x509"},
-		{"connection failure", []string{"-n", connNS, "--sidecar", "vfy-logger"}, cli.CauseConnection, "connection refused"},
+		{"injected", []string{"-n", ns, "--sidecar", "vfy-logger"}, diagnose.CauseInjected, ""},
+		{"parameters given", []string{"-n", ns, "--sidecar", "vfy-agent", "--annotation", "vfy/app=shop"}, diagnose.CauseInjected, ""},
+		{"required parameter missing", []string{"-n", ns, "--sidecar", "vfy-agent"}, diagnose.CauseMissingParameter, `"vfy/app"`},
+		{"denied for another sidecar", []string{"-n", ns, "--sidecar", "vfy-logger,vfy-agent"}, diagnose.CauseOtherDenied, `"vfy/app"`},
+		{"no such Sidecar", []string{"-n", ns, "--sidecar", "vfy-nope"}, diagnose.CauseNoSuchSidecar, "does not exist"},
+		{"selector mismatch", []string{"-n", ns, "--sidecar", "vfy-logger", "--opt-in=false", "--label", "logging=other"}, diagnose.CauseNotSelected, `selector "logging=vfy" does not match`},
+		{"activation off", []string{"-n", ns, "--sidecar", "vfy-agent", "--opt-in=false", "--annotation", "vfy/enable=false"}, diagnose.CauseNotSelected, `activation annotation vfy/enable is "false"`},
+		{"namespace excluded from the webhook", []string{"-n", excluded, "--sidecar", "vfy-logger"}, diagnose.CauseWebhookNotCalled, "excludes namespace " + excluded},
+		{"TLS failure", []string{"-n", tlsNS, "--sidecar", "vfy-logger"}, diagnose.CauseTLS, "x509"},
+		{"connection failure", []string{"-n", connNS, "--sidecar", "vfy-logger"}, diagnose.CauseConnection, "connection refused"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -323,7 +324,7 @@ func TestVerifyWorkload(t *testing.T) {
 		t.Fatalf("verify --workload: %v %+v", err, report)
 	}
 	ctx := context.Background()
-	selector := client.HasLabels{cli.LabelVerify}
+	selector := client.HasLabels{v1alpha1.LabelVerify}
 	for _, list := range []client.ObjectList{&appsv1.DeploymentList{}, &appsv1.ReplicaSetList{}, &corev1.PodList{}, &corev1.ServiceList{}} {
 		eventually(t, 20*time.Second, func() error {
 			if err := k8s.List(ctx, list, client.InNamespace(ns), selector); err != nil {

@@ -27,8 +27,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/rbac"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/status"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 )
 
 const (
@@ -45,7 +47,7 @@ func impersonate(t *testing.T, user string, groups ...string) client.Client {
 	t.Helper()
 	c := rest.CopyConfig(cfg)
 	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
-	cl, err := client.New(c, client.Options{Scheme: operator.Scheme()})
+	cl, err := client.New(c, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +276,7 @@ func barrier(t *testing.T, sc *v1alpha1.Sidecar, nsLabels map[string]string) str
 func assertNoGrant(t *testing.T, sc *v1alpha1.Sidecar, namespace, how string) {
 	t.Helper()
 	var rb rbacv1.RoleBinding
-	err := k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: operator.RoleName(sc.Name)}, &rb)
+	err := k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: rbac.RoleName(sc.Name)}, &rb)
 	if err == nil {
 		t.Errorf("%s: the operator bound %s's rules (pods/exec) in %s to %v", how, sc.Name, namespace, subjectNames(rb.Subjects))
 	} else if !isNotFound(err) {
@@ -420,7 +422,7 @@ func TestAttackUnscopedClusterRulesRequestedByName(t *testing.T) {
 	})
 	eventually(t, 20*time.Second, func() error {
 		var role rbacv1.ClusterRole
-		if err := k8s.Get(ctx, client.ObjectKey{Name: operator.ClusterRoleName(name)}, &role); err != nil {
+		if err := k8s.Get(ctx, client.ObjectKey{Name: rbac.ClusterRoleName(name)}, &role); err != nil {
 			return err
 		}
 		if len(role.Rules) != 2 {
@@ -429,7 +431,7 @@ func TestAttackUnscopedClusterRulesRequestedByName(t *testing.T) {
 		return nil
 	})
 	var crb rbacv1.ClusterRoleBinding
-	err := k8s.Get(ctx, client.ObjectKey{Name: operator.ClusterRoleName(name)}, &crb)
+	err := k8s.Get(ctx, client.ObjectKey{Name: rbac.ClusterRoleName(name)}, &crb)
 	switch {
 	case err == nil && slices.Contains(subjectNames(crb.Subjects), ns+"/default"):
 		t.Errorf("tenant's pod requesting %s by name got its ServiceAccount %s/default into ClusterRoleBinding %s (list nodes cluster-wide)", name, ns, crb.Name)
@@ -528,11 +530,11 @@ func TestAttackForgedRecordInExcludedNamespace(t *testing.T) {
 			return err
 		}
 		for _, e := range events.Items {
-			if e.Reason == operator.ReasonInjectionUnverified && e.Regarding.Name == forged.Name && strings.Contains(e.Note, "the record is not signed") {
+			if e.Reason == status.ReasonInjectionUnverified && e.Regarding.Name == forged.Name && strings.Contains(e.Note, "the record is not signed") {
 				return nil
 			}
 		}
-		return fmt.Errorf("no %s Event on pod %s/%s", operator.ReasonInjectionUnverified, ns, forged.Name)
+		return fmt.Errorf("no %s Event on pod %s/%s", status.ReasonInjectionUnverified, ns, forged.Name)
 	})
 }
 

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sidecar-operator/sidecar-operator/internal/operator"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 // The desired webhook configurations are written as the apiserver stores
@@ -17,12 +17,12 @@ import (
 // and write them again.
 func TestDesiredWebhookConfigurationsAreStoredUnchanged(t *testing.T) {
 	ctx := context.Background()
-	target := operator.WebhookTarget{URL: webhookURL}
+	target := webhookconfig.Target{URL: webhookURL}
 	var mutating admissionv1.MutatingWebhookConfiguration
 	if err := k8s.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &mutating); err != nil {
 		t.Fatal(err)
 	}
-	want := operator.MutatingWebhookConfiguration(webhookConfigName, target, mutating.Webhooks[0].ClientConfig.CABundle, admissionv1.Fail, operatorNamespace)
+	want := webhookconfig.Mutating(webhookConfigName, target, mutating.Webhooks[0].ClientConfig.CABundle, admissionv1.Fail, operatorNamespace)
 	if !equality.Semantic.DeepEqual(mutating.Webhooks, want.Webhooks) {
 		t.Errorf("MutatingWebhookConfiguration as stored differs from the desired one, so each pass rewrites it:\nstored  %s\ndesired %s", toJSON(mutating.Webhooks), toJSON(want.Webhooks))
 	}
@@ -30,7 +30,7 @@ func TestDesiredWebhookConfigurationsAreStoredUnchanged(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &validating); err != nil {
 		t.Fatal(err)
 	}
-	wantV := operator.ValidatingWebhookConfiguration(webhookConfigName, target, validating.Webhooks[0].ClientConfig.CABundle, admissionv1.Fail, operatorNamespace)
+	wantV := webhookconfig.Validating(webhookConfigName, target, validating.Webhooks[0].ClientConfig.CABundle, admissionv1.Fail, operatorNamespace)
 	if !equality.Semantic.DeepEqual(validating.Webhooks, wantV.Webhooks) {
 		t.Errorf("ValidatingWebhookConfiguration as stored differs from the desired one, so each pass rewrites it:\nstored  %s\ndesired %s", toJSON(validating.Webhooks), toJSON(wantV.Webhooks))
 	}

@@ -1,4 +1,7 @@
-package operator
+// Package signingkey owns the key Secret that signs injection records: it
+// makes it, adds keys when asked, and loads the ring the webhook signs and
+// the grant controllers verify with, on every replica.
+package signingkey
 
 import (
 	"context"
@@ -13,33 +16,39 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
 const (
-	// DefaultSigningKeySecret holds the keys that sign injection records.
-	DefaultSigningKeySecret = "sidecar-operator-signing-key"
-	// DefaultSigningKeyActivation is how long a new key waits before it
+	// DefaultSecret holds the keys that sign injection records.
+	DefaultSecret = "sidecar-operator-signing-key"
+	// DefaultActivation is how long a new key waits before it
 	// signs: every replica loads it first, so none refuses its records.
-	DefaultSigningKeyActivation = time.Minute
+	DefaultActivation = time.Minute
 	// rotateKey is the value of AnnotationRotate that adds a signing key.
 	rotateKey = "key"
 )
 
-// signingKeyKeeper runs on every replica: it creates the key Secret when it
+// Keeper runs on every replica: it creates the key Secret when it
 // is missing, adds a key when asked (AnnotationRotate=key), and loads the
 // ring the webhook signs and the controllers verify with. Concurrent
 // replicas are serialized by the apiserver's create and resourceVersion.
-type signingKeyKeeper struct {
+type Keeper struct {
 	client client.Client
 	// live reads the Secret when the cache, which holds only labelled ones, misses.
 	live       client.Reader
@@ -48,26 +57,53 @@ type signingKeyKeeper struct {
 	keys       *webhook.SwappableRing
 	// changes hears of every new version of the Secret: a key deleted or
 	// replaced under its ID withdraws what it signed.
-	changes *ringChanges
+	changes *Changes
 	loaded  string           // the Secret's resourceVersion in keys
 	seen    sets.Set[string] // every key ID loaded
 	log     logr.Logger
 }
 
-// ringChanges fans a change of the signing keys out to the controllers that
+// New keeps keys loaded from the Secret secret; changes hears of each new
+// version. A new key signs only after activation.
+func New(secret types.NamespacedName, activation time.Duration, keys *webhook.SwappableRing, changes *Changes) *Keeper {
+	if activation == 0 {
+		activation = DefaultActivation
+	}
+	return &Keeper{secret: secret, activation: activation, keys: keys, changes: changes, seen: sets.New[string]()}
+}
+
+// SetupWithManager runs the keeper on every replica, leader or not: each
+// signs and verifies with what the Secret holds.
+func (k *Keeper) SetupWithManager(mgr ctrl.Manager) error {
+	k.client, k.live, k.log = mgr.GetClient(), mgr.GetAPIReader(), mgr.GetLogger().WithName("signing-key")
+	isSecret := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetNamespace() == k.secret.Namespace && o.GetName() == k.secret.Name
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("signing-key").
+		Watches(&corev1.Secret{}, watch.Constant(k.secret), builder.WithPredicates(isSecret)).
+		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			q.Add(reconcile.Request{NamespacedName: k.secret}) // the first pass creates the Secret
+			return nil
+		})).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
+		Complete(k)
+}
+
+// Changes fans a change of the signing keys out to the controllers that
 // verify with them: deleting a key withdraws the grants it signed.
-type ringChanges struct {
+type Changes struct {
 	subscribers []chan event.TypedGenericEvent[client.Object]
 }
 
-// source subscribes a controller, before the manager starts.
-func (c *ringChanges) source(h handler.TypedEventHandler[client.Object, reconcile.Request]) source.Source {
+// Source subscribes a controller, before the manager starts.
+func (c *Changes) Source(h handler.TypedEventHandler[client.Object, reconcile.Request]) source.Source {
 	ch := make(chan event.TypedGenericEvent[client.Object], 1)
 	c.subscribers = append(c.subscribers, ch)
 	return source.Channel(ch, h)
 }
 
-func (c *ringChanges) notify(secret types.NamespacedName) {
+func (c *Changes) notify(secret types.NamespacedName) {
 	e := event.TypedGenericEvent[client.Object]{Object: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name}}}
 	for _, ch := range c.subscribers {
 		select {
@@ -77,7 +113,7 @@ func (c *ringChanges) notify(secret types.NamespacedName) {
 	}
 }
 
-func (k *signingKeyKeeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+func (k *Keeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	var s corev1.Secret
 	err := k.client.Get(ctx, k.secret, &s)
 	if apierrors.IsNotFound(err) {
@@ -131,7 +167,7 @@ func noKeys(resourceVersion string) *corev1.Secret {
 // taken away stops verifying now, even while writing a new one fails. A
 // Secret of another type than Opaque holds no usable key, since it could
 // be named as a pull secret and copied.
-func (k *signingKeyKeeper) load(s *corev1.Secret) *signing.Ring {
+func (k *Keeper) load(s *corev1.Secret) *signing.Ring {
 	ring, err := signing.ParseRing(s.Data, k.activation)
 	switch {
 	case s.Type != corev1.SecretTypeOpaque:
@@ -159,7 +195,7 @@ func (k *signingKeyKeeper) load(s *corev1.Secret) *signing.Ring {
 
 // newKeyID makes a key whose ID no key in data has, nor any this replica
 // loaded: an ID names one secret, even after an admin deleted its key.
-func (k *signingKeyKeeper) newKeyID(data map[string][]byte) (string, []byte, error) {
+func (k *Keeper) newKeyID(data map[string][]byte) (string, []byte, error) {
 	for at := time.Now(); ; at = at.Add(time.Second) {
 		name, secret, err := signing.NewKey(at)
 		if _, inData := data[name]; err != nil || !inData && !k.seen.Has(name) {
@@ -172,7 +208,7 @@ func (k *signingKeyKeeper) newKeyID(data map[string][]byte) (string, []byte, err
 // createOrAdopt makes the key Secret, or labels one made by hand: the cache,
 // and so the watch, holds only labelled Secrets. Until then, the keys in use
 // are what the apiserver holds: none when the Secret is gone.
-func (k *signingKeyKeeper) createOrAdopt(ctx context.Context) (ctrl.Result, error) {
+func (k *Keeper) createOrAdopt(ctx context.Context) (ctrl.Result, error) {
 	var s corev1.Secret
 	err := k.live.Get(ctx, k.secret, &s)
 	if apierrors.IsNotFound(err) {
@@ -183,11 +219,11 @@ func (k *signingKeyKeeper) createOrAdopt(ctx context.Context) (ctrl.Result, erro
 		k.load(noKeys(""))
 		return ctrl.Result{}, err
 	}
-	if by, labelled := s.Labels[LabelManagedBy]; labelled && by != managedBy {
+	if by, labelled := s.Labels[v1alpha1.LabelManagedBy]; labelled && by != v1alpha1.ManagedBy {
 		// Another manager would take the label back: no fight, no keys.
 		k.load(noKeys(s.ResourceVersion))
 		k.log.Error(nil, "the signing key Secret is managed by another; no record verifies until it is labelled as the operator's",
-			"secret", k.secret.String(), LabelManagedBy, by)
+			"secret", k.secret.String(), v1alpha1.LabelManagedBy, by)
 		return ctrl.Result{RequeueAfter: unusableRecheck}, nil
 	}
 	if k.load(&s); !usable(&s) {
@@ -196,18 +232,18 @@ func (k *signingKeyKeeper) createOrAdopt(ctx context.Context) (ctrl.Result, erro
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
 	}
-	s.Labels[LabelManagedBy] = managedBy
-	k.log.Info("labelling the signing key Secret so that the operator watches it", "secret", k.secret.String(), "label", LabelManagedBy+"="+managedBy)
+	s.Labels[v1alpha1.LabelManagedBy] = v1alpha1.ManagedBy
+	k.log.Info("labelling the signing key Secret so that the operator watches it", "secret", k.secret.String(), "label", v1alpha1.LabelManagedBy+"="+v1alpha1.ManagedBy)
 	return ctrl.Result{}, k.client.Update(ctx, &s) // its watch event brings it here
 }
 
-func (k *signingKeyKeeper) create(ctx context.Context) error {
+func (k *Keeper) create(ctx context.Context) error {
 	name, secret, err := k.newKeyID(nil)
 	if err != nil {
 		return err
 	}
 	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: k.secret.Name, Namespace: k.secret.Namespace, Labels: map[string]string{LabelManagedBy: managedBy}},
+		ObjectMeta: metav1.ObjectMeta{Name: k.secret.Name, Namespace: k.secret.Namespace, Labels: map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy}},
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{name: secret},
 	}

@@ -1,4 +1,4 @@
-package operator
+package status
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,15 +13,8 @@ var sidecarPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Help: "Pods per Sidecar by state: matched, injected, outdated (an older revision), missed (matched, not injected) and unverified (a record the operator cannot verify, so no grant).",
 }, []string{"sidecar", "state"})
 
-// engineBuilds counts compilations of the injection engine: each Sidecar
-// change costs one on every replica, and nothing else should.
-var engineBuilds = prometheus.NewCounter(prometheus.CounterOpts{
-	Name: "sidecar_operator_engine_builds_total",
-	Help: "Compilations of the injection engine from the Sidecars.",
-})
-
 func init() {
-	metrics.Registry.MustRegister(sidecarPods, engineBuilds)
+	metrics.Registry.MustRegister(sidecarPods)
 }
 
 func setPodGauges(sidecar string, c *fleet.Counts) {

@@ -1,4 +1,4 @@
-package operator
+package watch
 
 import (
 	"testing"
@@ -8,49 +8,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
-	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
 )
-
-// The grant controllers wait for an engine that holds the Sidecar as it is
-// now: judged by an older one, pods would meet a selection that was dropped.
-func TestViewLags(t *testing.T) {
-	compiled := v1alpha1.Sidecar{
-		ObjectMeta: metav1.ObjectMeta{Name: "agent", UID: "uid-1"},
-		Spec: v1alpha1.SidecarSpec{
-			Containers: []corev1.Container{{Name: "agent", Image: "agent:1"}},
-			Selector:   &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
-		},
-	}
-	engine, err := inject.New([]v1alpha1.Sidecar{compiled})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name   string
-		change func(*v1alpha1.Sidecar)
-		lags   bool
-	}{
-		{"as compiled", func(*v1alpha1.Sidecar) {}, false},
-		{"status only", func(sc *v1alpha1.Sidecar) { sc.Status.InjectedPods = 3 }, false},
-		{"selector changed", func(sc *v1alpha1.Sidecar) { sc.Spec.Selector.MatchLabels["app"] = "y" }, true},
-		{"recreated under the same name", func(sc *v1alpha1.Sidecar) { sc.UID = "uid-2" }, true},
-		{"not compiled yet", func(sc *v1alpha1.Sidecar) { sc.Name = "other" }, true},
-		{"being deleted, so left out", func(sc *v1alpha1.Sidecar) { sc.Name = "other"; now := metav1.Now(); sc.DeletionTimestamp = &now }, false},
-		{"invalid, so never compiled", func(sc *v1alpha1.Sidecar) {
-			sc.Name = "other"
-			sc.Spec.Containers = append(sc.Spec.Containers, sc.Spec.Containers[0]) // two of one name
-		}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			sc := compiled.DeepCopy()
-			tc.change(sc)
-			view := &grantView{engine: engine}
-			if got := view.lags(sc); got != tc.lags {
-				t.Errorf("lags = %v, want %v", got, tc.lags)
-			}
-		})
-	}
-}
 
 // Pod updates that can change a grant reach the grant controllers; the
 // status churn of running pods does not.
@@ -78,7 +37,7 @@ func TestInjectionChanged(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			changed := base.DeepCopy()
 			tc.change(changed)
-			if got := injectionChanged().Update(event.UpdateEvent{ObjectOld: base, ObjectNew: changed}); got != tc.passes {
+			if got := InjectionChanged().Update(event.UpdateEvent{ObjectOld: base, ObjectNew: changed}); got != tc.passes {
 				t.Errorf("passes = %v, want %v", got, tc.passes)
 			}
 		})
@@ -98,12 +57,12 @@ func TestChurnPredicates(t *testing.T) {
 		{"status", func(s *v1alpha1.Sidecar) { s.Status.InjectedPods = 4 }, false},
 		{"spec", func(s *v1alpha1.Sidecar) { s.Generation = 2 }, true},
 		{"deletion", func(s *v1alpha1.Sidecar) { s.DeletionTimestamp = &now }, true},
-		{"finalizer", func(s *v1alpha1.Sidecar) { s.Finalizers = []string{rbacFinalizer} }, true},
+		{"finalizer", func(s *v1alpha1.Sidecar) { s.Finalizers = []string{v1alpha1.FinalizerRBAC} }, true},
 	} {
 		t.Run("sidecar "+tc.name, func(t *testing.T) {
 			changed := sc.DeepCopy()
 			tc.change(changed)
-			if got := sidecarChanged().Update(event.UpdateEvent{ObjectOld: sc, ObjectNew: changed}); got != tc.passes {
+			if got := SidecarChanged().Update(event.UpdateEvent{ObjectOld: sc, ObjectNew: changed}); got != tc.passes {
 				t.Errorf("passes = %v, want %v", got, tc.passes)
 			}
 		})
@@ -129,7 +88,7 @@ func TestChurnPredicates(t *testing.T) {
 		t.Run("pod "+tc.name, func(t *testing.T) {
 			changed := pod.DeepCopy()
 			tc.change(changed)
-			if got := judgementChanged().Update(event.UpdateEvent{ObjectOld: pod, ObjectNew: changed}); got != tc.passes {
+			if got := JudgementChanged().Update(event.UpdateEvent{ObjectOld: pod, ObjectNew: changed}); got != tc.passes {
 				t.Errorf("passes = %v, want %v", got, tc.passes)
 			}
 		})
@@ -137,7 +96,7 @@ func TestChurnPredicates(t *testing.T) {
 }
 
 func TestNamespaceGrantsChanged(t *testing.T) {
-	ns := namespaceMeta()
+	ns := namespaces.Meta()
 	ns.Labels = map[string]string{"team": "a"}
 	now := metav1.Now()
 	for _, tc := range []struct {
@@ -152,7 +111,7 @@ func TestNamespaceGrantsChanged(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			changed := ns.DeepCopy()
 			tc.change(changed)
-			if got := namespaceGrantsChanged().Update(event.UpdateEvent{ObjectOld: ns, ObjectNew: changed}); got != tc.passes {
+			if got := NamespaceGrantsChanged().Update(event.UpdateEvent{ObjectOld: ns, ObjectNew: changed}); got != tc.passes {
 				t.Errorf("passes = %v, want %v", got, tc.passes)
 			}
 		})

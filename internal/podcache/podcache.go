@@ -1,10 +1,12 @@
-package operator
+// Package podcache owns the operator's view of pods: the cache transform
+// that keeps only what the controllers read, and reads of the cached pods in
+// place, all of them or those that record one Sidecar.
+package podcache
 
 import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -18,24 +20,24 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
-// indexInjectedSidecars indexes pods by the Sidecars their status annotation
+// IndexInjectedSidecars indexes pods by the Sidecars their status annotation
 // records, so that the RBAC and pull secret controllers read only the pods
 // of one Sidecar.
-const indexInjectedSidecars = "sidecar-operator.io/injected-sidecars"
+const IndexInjectedSidecars = "sidecar-operator.io/injected-sidecars"
 
-// injectedPods returns the cached pods that record a Sidecar, themselves,
+// InjectedWith returns the cached pods that record a Sidecar, themselves,
 // read-only.
-type injectedPods func(sidecar string) ([]*corev1.Pod, error)
+type InjectedWith func(sidecar string) ([]*corev1.Pod, error)
 
-// podCache reads the cached pods in place, read-only: a List, even without
+// Cache reads the cached pods in place, read-only: a List, even without
 // deep copies, copies every pod's struct (about 2 KiB) into a new slice, 70 MB
 // of garbage per pass at 30k pods; and one Sidecar may be on every pod.
-type podCache struct {
+type Cache struct {
 	informer toolscache.SharedIndexInformer
 }
 
-// newPodCache indexes the pod informer by the Sidecars each pod records.
-func newPodCache(ctx context.Context, informers ctrlcache.Informers) (*podCache, error) {
+// New indexes the pod informer by the Sidecars each pod records.
+func New(ctx context.Context, informers ctrlcache.Informers) (*Cache, error) {
 	informer, err := informers.GetInformer(ctx, &corev1.Pod{}, ctrlcache.BlockUntilSynced(false))
 	if err != nil {
 		return nil, err
@@ -44,22 +46,28 @@ func newPodCache(ctx context.Context, informers ctrlcache.Informers) (*podCache,
 	if !ok {
 		return nil, fmt.Errorf("the pod informer is a %T, not a SharedIndexInformer", informer)
 	}
-	err = shared.AddIndexers(toolscache.Indexers{indexInjectedSidecars: func(obj any) ([]string, error) {
+	err = shared.AddIndexers(toolscache.Indexers{IndexInjectedSidecars: func(obj any) ([]string, error) {
 		o, ok := obj.(client.Object)
 		if !ok {
 			return nil, nil
 		}
-		return injectedSidecarNames(o), nil
+		return InjectedSidecarNames(o), nil
 	}})
-	return &podCache{informer: shared}, err
+	return &Cache{informer: shared}, err
 }
 
-// all is every cached pod.
-func (c *podCache) all() []any { return c.informer.GetStore().List() }
+// All yields every cached pod.
+func (c *Cache) All(yield func(*corev1.Pod) bool) {
+	for _, obj := range c.informer.GetStore().List() {
+		if pod, ok := obj.(*corev1.Pod); ok && !yield(pod) {
+			return
+		}
+	}
+}
 
-// injectedWith is an injectedPods.
-func (c *podCache) injectedWith(sidecar string) ([]*corev1.Pod, error) {
-	objs, err := c.informer.GetIndexer().ByIndex(indexInjectedSidecars, sidecar)
+// InjectedWith is an InjectedWith.
+func (c *Cache) InjectedWith(sidecar string) ([]*corev1.Pod, error) {
+	objs, err := c.informer.GetIndexer().ByIndex(IndexInjectedSidecars, sidecar)
 	pods := make([]*corev1.Pod, 0, len(objs))
 	for _, obj := range objs {
 		if pod, ok := obj.(*corev1.Pod); ok {
@@ -69,7 +77,8 @@ func (c *podCache) injectedWith(sidecar string) ([]*corev1.Pod, error) {
 	return pods, err
 }
 
-func injectedSidecarNames(obj client.Object) []string {
+// InjectedSidecarNames are the Sidecars a running pod records.
+func InjectedSidecarNames(obj client.Object) []string {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok || fleet.Finished(pod) {
 		return nil
@@ -82,12 +91,12 @@ func injectedSidecarNames(obj client.Object) []string {
 	return names
 }
 
-// slimPod is the cache transform for pods, the operator's cost centre: it
+// Slim is the cache transform for pods, the operator's cost centre: it
 // keeps what the engine and the controllers read (metadata, the service
 // account, container names and mounts, volumes and the phase), and of the
 // injected containers what their records' digests cover, and drops the
 // rest, which is most of a pod.
-func slimPod(obj any) (any, error) {
+func Slim(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil // a tombstone
@@ -126,26 +135,5 @@ func slimContainers(cs []corev1.Container, injected map[string]bool) []corev1.Co
 			out[i] = corev1.Container{Name: c.Name, VolumeMounts: c.VolumeMounts}
 		}
 	}
-	return out
-}
-
-// serviceAccountOf is the pod's ServiceAccount; empty means "default".
-func serviceAccountOf(pod *corev1.Pod) string {
-	if pod.Spec.ServiceAccountName == "" {
-		return "default"
-	}
-	return pod.Spec.ServiceAccountName
-}
-
-// podRef names a pod in messages.
-func podRef(pod *corev1.Pod) string { return fmt.Sprintf("%s/%s", pod.Namespace, pod.Name) }
-
-// sortedKeys returns a set's members in order.
-func sortedKeys[T any](m map[string]T) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
 	return out
 }

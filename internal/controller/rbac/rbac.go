@@ -1,23 +1,38 @@
-package operator
+// Package rbac owns the RBAC objects the operator grants: for each Sidecar,
+// a ClusterRole of its rules and bindings to the ServiceAccounts of the pods
+// that carry its grants, only where those pods run, and its RBACReady
+// condition.
+package rbac
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
+	"github.com/sidecar-operator/sidecar-operator/internal/grants"
+	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
+	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 // The operator creates ClusterRoles holding rules it may not hold itself, and
@@ -27,40 +42,54 @@ import (
 // +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars,verbs=update;patch
 // +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars/finalizers,verbs=update
 
-// Labels on every RBAC object the operator owns. An object of the same name
-// without them was made by someone else and is never taken over.
-const (
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	managedBy      = "sidecar-operator"
-	LabelSidecar   = "sidecar-operator.io/sidecar"
-	rbacFinalizer  = "sidecar-operator.io/rbac"
-)
+// FieldManager owns the RBACReady condition in a Sidecar's status; the
+// status controller owns the rest.
+const FieldManager = "sidecar-operator-rbac"
 
 // RoleName is the ClusterRole, and the name of the RoleBindings, of a
 // Sidecar's namespaced rules; ClusterRoleName is that of its cluster rules.
 func RoleName(sidecar string) string        { return "sidecar-operator:" + sidecar }
 func ClusterRoleName(sidecar string) string { return "sidecar-operator:" + sidecar + ":cluster" }
 
+// ownedLabels are on every RBAC object the operator makes. An object of the
+// same name without them was made by someone else and is never taken over.
 func ownedLabels(sidecar string) map[string]string {
-	return map[string]string{LabelManagedBy: managedBy, LabelSidecar: sidecar}
+	return map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelSidecar: sidecar}
 }
 
 func owned(obj client.Object, sidecar string) bool {
 	l := obj.GetLabels()
-	return l[LabelManagedBy] == managedBy && l[LabelSidecar] == sidecar
+	return l[v1alpha1.LabelManagedBy] == v1alpha1.ManagedBy && l[v1alpha1.LabelSidecar] == sidecar
 }
 
-// rbacReconciler grants each Sidecar's rules to the ServiceAccounts of the
+// Reconciler grants each Sidecar's rules to the ServiceAccounts of the
 // pods injected with it, only where those pods run, and takes them back when
 // the pods go. It writes one object per namespace, never one per pod.
-type rbacReconciler struct {
-	client client.Client
-	// apiReader sees objects the cache, which holds only owned ones, does not.
-	apiReader  client.Reader
-	gate       *grantGate
-	pods       injectedPods
-	conditions *conditionBook
-	log        logr.Logger
+type Reconciler struct {
+	Client client.Client
+	// APIReader sees objects the cache, which holds only owned ones, does not.
+	APIReader client.Reader
+	Gate      *grants.Gate
+	Pods      podcache.InjectedWith
+	Log       logr.Logger
+}
+
+// SetupWithManager runs the controller on the leader, per Sidecar, on the
+// events that can change its grants.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.Changes) error {
+	everySidecar := watch.EverySidecar(mgr.GetCache())
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("rbac").
+		For(&v1alpha1.Sidecar{}, builder.WithPredicates(watch.SidecarChanged())).
+		Watches(&corev1.Pod{}, watch.PodToSidecars(), builder.WithPredicates(watch.InjectionChanged())).
+		// A namespace whose labels change may gain or lose pod validation,
+		// and with it every grant there; a change of signing keys may revoke records.
+		Watches(namespaces.Meta(), everySidecar, builder.WithPredicates(watch.NamespaceGrantsChanged())).
+		Watches(&rbacv1.ClusterRole{}, watch.OwnerSidecar()).
+		Watches(&rbacv1.ClusterRoleBinding{}, watch.OwnerSidecar()).
+		Watches(&rbacv1.RoleBinding{}, watch.OwnerSidecar()).
+		WatchesRawSource(keyChanges.Source(everySidecar)).
+		Complete(r)
 }
 
 // conflictError is an object of the operator's name that it does not own.
@@ -70,11 +99,10 @@ func (e *conflictError) Error() string {
 	return fmt.Sprintf("%s %q exists and is not managed by sidecar-operator; rename or delete it", e.kind, e.name)
 }
 
-func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var sc v1alpha1.Sidecar
-	if err := r.client.Get(ctx, req.NamespacedName, &sc); err != nil {
+	if err := r.Client.Get(ctx, req.NamespacedName, &sc); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.conditions.forget(req.Name)
 			return ctrl.Result{}, r.removeAll(ctx, req.Name)
 		}
 		return ctrl.Result{}, err
@@ -83,20 +111,19 @@ func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		if err := r.removeAll(ctx, sc.Name); err != nil {
 			return ctrl.Result{}, err
 		}
-		r.conditions.forget(sc.Name)
 		return ctrl.Result{}, r.patchFinalizer(ctx, &sc, controllerutil.RemoveFinalizer)
 	}
-	view, ok := r.gate.view()
+	view, ok := r.Gate.View()
 	if !ok {
-		return notLoaded, nil
+		return grants.NotLoaded, nil
 	}
-	if view.lags(&sc) {
+	if view.Lags(&sc) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil // the grants follow the Sidecar the webhook injects
 	}
 	// Only a Sidecar that grants owns something to clean up: one without a
 	// finalizer can be deleted with the operator gone.
-	grants := sc.Spec.RBAC != nil && (len(sc.Spec.RBAC.Rules) > 0 || len(sc.Spec.RBAC.ClusterRules) > 0)
-	if grants {
+	granting := sc.Spec.RBAC != nil && (len(sc.Spec.RBAC.Rules) > 0 || len(sc.Spec.RBAC.ClusterRules) > 0)
+	if granting {
 		if err := r.patchFinalizer(ctx, &sc, controllerutil.AddFinalizer); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -106,19 +133,43 @@ func (r *rbacReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	var conflict *conflictError
 	switch {
 	case err == nil:
-		r.conditions.set(sc.Name, metav1.ConditionTrue, "Granted", "RBAC objects are in place")
-		if !grants { // everything it owned is gone now
+		if err := r.setCondition(ctx, &sc, metav1.ConditionTrue, "Granted", "RBAC objects are in place"); err != nil {
+			return ctrl.Result{}, err
+		}
+		if !granting { // everything it owned is gone now
 			return ctrl.Result{}, r.patchFinalizer(ctx, &sc, controllerutil.RemoveFinalizer)
 		}
+		return ctrl.Result{}, nil
 	case errors.As(err, &conflict):
-		r.conditions.set(sc.Name, metav1.ConditionFalse, "NameConflict", err.Error())
 		// The cache holds only owned objects, so the other's going is not
 		// seen: look again now and then.
-		return ctrl.Result{RequeueAfter: conflictRecheck}, nil
+		return ctrl.Result{RequeueAfter: conflictRecheck}, r.setCondition(ctx, &sc, metav1.ConditionFalse, "NameConflict", err.Error())
 	default:
-		r.conditions.set(sc.Name, metav1.ConditionFalse, "Error", err.Error())
+		return ctrl.Result{}, errors.Join(err, r.setCondition(ctx, &sc, metav1.ConditionFalse, "Error", err.Error()))
 	}
-	return ctrl.Result{}, err
+}
+
+// setCondition applies RBACReady to the Sidecar's status under the RBAC
+// controller's own field manager, so that the status controller's writes
+// neither undo it nor wait for it; unchanged, it is not written.
+func (r *Reconciler) setCondition(ctx context.Context, sc *v1alpha1.Sidecar, status metav1.ConditionStatus, reason, message string) error {
+	conditions := slices.Clone(sc.Status.Conditions)
+	changed := apimeta.SetStatusCondition(&conditions, metav1.Condition{
+		Type: v1alpha1.ConditionRBACReady, Status: status, Reason: reason, Message: message, ObservedGeneration: sc.Generation,
+	})
+	if !changed {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Sidecar",
+		"metadata": map[string]any{"name": sc.Name},
+		"status":   map[string]any{"conditions": []metav1.Condition{*apimeta.FindStatusCondition(conditions, v1alpha1.ConditionRBACReady)}},
+	})
+	if err != nil {
+		return err
+	}
+	err = r.Client.Status().Patch(ctx, sc, client.RawPatch(types.ApplyPatchType, patch), client.FieldOwner(FieldManager), client.ForceOwnership)
+	return client.IgnoreNotFound(err)
 }
 
 // conflictRecheck is how often a NameConflict is looked at again.
@@ -126,29 +177,29 @@ const conflictRecheck = time.Minute
 
 // patchFinalizer adds or removes the RBAC finalizer; a patch, not an update,
 // since the status controller writes the same object.
-func (r *rbacReconciler) patchFinalizer(ctx context.Context, sc *v1alpha1.Sidecar, change func(client.Object, string) bool) error {
+func (r *Reconciler) patchFinalizer(ctx context.Context, sc *v1alpha1.Sidecar, change func(client.Object, string) bool) error {
 	orig := sc.DeepCopy()
-	if !change(sc, rbacFinalizer) {
+	if !change(sc, v1alpha1.FinalizerRBAC) {
 		return nil
 	}
-	return client.IgnoreNotFound(r.client.Patch(ctx, sc, client.MergeFrom(orig)))
+	return client.IgnoreNotFound(r.Client.Patch(ctx, sc, client.MergeFrom(orig)))
 }
 
 // sync makes the RBAC objects of one Sidecar match its injected pods.
-func (r *rbacReconciler) sync(ctx context.Context, view *grantView, sc *v1alpha1.Sidecar) error {
-	pods, err := r.pods(sc.Name)
+func (r *Reconciler) sync(ctx context.Context, view *grants.View, sc *v1alpha1.Sidecar) error {
+	pods, err := r.Pods(sc.Name)
 	if err != nil {
 		return err
 	}
 	byNamespace := map[string]map[string]bool{} // namespace -> ServiceAccounts
 	for _, pod := range pods {
-		if !view.grants(ctx, pod, sc.Name) {
+		if !view.Grants(ctx, pod, sc.Name) {
 			continue
 		}
 		if byNamespace[pod.Namespace] == nil {
 			byNamespace[pod.Namespace] = map[string]bool{}
 		}
-		byNamespace[pod.Namespace][serviceAccountOf(pod)] = true
+		byNamespace[pod.Namespace][signing.ServiceAccount(pod.Spec.ServiceAccountName)] = true
 	}
 	var rules, clusterRules []rbacv1.PolicyRule
 	if sc.Spec.RBAC != nil {
@@ -168,7 +219,7 @@ func (r *rbacReconciler) sync(ctx context.Context, view *grantView, sc *v1alpha1
 		errs = append(errs, r.deleteOwned(ctx, sc.Name, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: RoleName(sc.Name)}}))
 	}
 	var bindings rbacv1.RoleBindingList
-	if err := r.client.List(ctx, &bindings, client.MatchingLabels(ownedLabels(sc.Name))); err != nil {
+	if err := r.Client.List(ctx, &bindings, client.MatchingLabels(ownedLabels(sc.Name))); err != nil {
 		errs = append(errs, err)
 	}
 	for i := range bindings.Items {
@@ -205,7 +256,7 @@ func subjects(namespace string, accounts map[string]bool) []rbacv1.Subject {
 	return out
 }
 
-func (r *rbacReconciler) applyClusterRole(ctx context.Context, sidecar, name string, rules []rbacv1.PolicyRule) error {
+func (r *Reconciler) applyClusterRole(ctx context.Context, sidecar, name string, rules []rbacv1.PolicyRule) error {
 	want := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: ownedLabels(sidecar)}, Rules: rules}
 	return r.apply(ctx, sidecar, want, &rbacv1.ClusterRole{}, func(have client.Object) bool {
 		h := have.(*rbacv1.ClusterRole)
@@ -217,7 +268,7 @@ func (r *rbacReconciler) applyClusterRole(ctx context.Context, sidecar, name str
 	})
 }
 
-func (r *rbacReconciler) applyRoleBinding(ctx context.Context, sidecar, namespace string, subs []rbacv1.Subject) error {
+func (r *Reconciler) applyRoleBinding(ctx context.Context, sidecar, namespace string, subs []rbacv1.Subject) error {
 	roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RoleName(sidecar)}
 	want := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: RoleName(sidecar), Namespace: namespace, Labels: ownedLabels(sidecar)},
@@ -234,7 +285,7 @@ func (r *rbacReconciler) applyRoleBinding(ctx context.Context, sidecar, namespac
 	})
 }
 
-func (r *rbacReconciler) applyClusterRoleBinding(ctx context.Context, sidecar string, subs []rbacv1.Subject) error {
+func (r *Reconciler) applyClusterRoleBinding(ctx context.Context, sidecar string, subs []rbacv1.Subject) error {
 	want := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName(sidecar), Labels: ownedLabels(sidecar)},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ClusterRoleName(sidecar)},
@@ -252,20 +303,20 @@ func (r *rbacReconciler) applyClusterRoleBinding(ctx context.Context, sidecar st
 
 // apply creates want, or updates the owned object of its name with mutate,
 // which reports whether it changed anything. An unowned object is a conflict.
-func (r *rbacReconciler) apply(ctx context.Context, sidecar string, want, have client.Object, mutate func(client.Object) bool) error {
+func (r *Reconciler) apply(ctx context.Context, sidecar string, want, have client.Object, mutate func(client.Object) bool) error {
 	key := client.ObjectKeyFromObject(want)
 	kind := kindOf(want)
-	err := r.client.Get(ctx, key, have)
+	err := r.Client.Get(ctx, key, have)
 	if apierrors.IsNotFound(err) {
-		err = r.client.Create(ctx, want)
+		err = r.Client.Create(ctx, want)
 		if apierrors.IsAlreadyExists(err) {
 			// The cache holds only owned objects: this one is someone else's.
-			if getErr := r.apiReader.Get(ctx, key, have); getErr == nil && !owned(have, sidecar) {
+			if getErr := r.APIReader.Get(ctx, key, have); getErr == nil && !owned(have, sidecar) {
 				return &conflictError{kind: kind, name: key.String()}
 			}
 		}
 		if err == nil {
-			r.log.Info("created", "kind", kind, "name", key.String(), "sidecar", sidecar)
+			r.Log.Info("created", "kind", kind, "name", key.String(), "sidecar", sidecar)
 		}
 		return err
 	}
@@ -278,26 +329,26 @@ func (r *rbacReconciler) apply(ctx context.Context, sidecar string, want, have c
 	if !mutate(have) {
 		return nil
 	}
-	return r.client.Update(ctx, have)
+	return r.Client.Update(ctx, have)
 }
 
 // deleteOwned deletes obj if it exists and the operator owns it for sidecar.
-func (r *rbacReconciler) deleteOwned(ctx context.Context, sidecar string, obj client.Object) error {
-	if err := r.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+func (r *Reconciler) deleteOwned(ctx context.Context, sidecar string, obj client.Object) error {
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	if !owned(obj, sidecar) {
 		return nil
 	}
-	r.log.Info("deleting", "kind", kindOf(obj), "name", client.ObjectKeyFromObject(obj).String(), "sidecar", sidecar)
-	return client.IgnoreNotFound(r.client.Delete(ctx, obj))
+	r.Log.Info("deleting", "kind", kindOf(obj), "name", client.ObjectKeyFromObject(obj).String(), "sidecar", sidecar)
+	return client.IgnoreNotFound(r.Client.Delete(ctx, obj))
 }
 
 // removeAll deletes every RBAC object the operator made for a Sidecar.
-func (r *rbacReconciler) removeAll(ctx context.Context, sidecar string) error {
+func (r *Reconciler) removeAll(ctx context.Context, sidecar string) error {
 	var errs []error
 	var bindings rbacv1.RoleBindingList
-	if err := r.client.List(ctx, &bindings, client.MatchingLabels(ownedLabels(sidecar))); err != nil {
+	if err := r.Client.List(ctx, &bindings, client.MatchingLabels(ownedLabels(sidecar))); err != nil {
 		return err
 	}
 	for i := range bindings.Items {
@@ -337,36 +388,7 @@ func firstConflictOrJoin(errs []error) error {
 	return errors.Join(errs...)
 }
 
-// conditionBook carries the RBAC controller's verdict per Sidecar to the
-// status controller, the only writer of Sidecar status.
-type conditionBook struct {
-	mu      sync.Mutex
-	entries map[string]metav1.Condition
-	changed chan<- string
-}
-
-func (b *conditionBook) set(sidecar string, status metav1.ConditionStatus, reason, message string) {
-	b.mu.Lock()
-	prev, had := b.entries[sidecar]
-	b.entries[sidecar] = metav1.Condition{Type: v1alpha1.ConditionRBACReady, Status: status, Reason: reason, Message: message}
-	b.mu.Unlock()
-	if !had || prev.Status != status || prev.Reason != reason || prev.Message != message {
-		select {
-		case b.changed <- sidecar:
-		default: // a status pass is already due
-		}
-	}
-}
-
-func (b *conditionBook) get(sidecar string) (metav1.Condition, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	c, ok := b.entries[sidecar]
-	return c, ok
-}
-
-func (b *conditionBook) forget(sidecar string) {
-	b.mu.Lock()
-	delete(b.entries, sidecar)
-	b.mu.Unlock()
+// sortedKeys returns a set's members in order.
+func sortedKeys[T any](m map[string]T) []string {
+	return slices.Sorted(maps.Keys(m))
 }

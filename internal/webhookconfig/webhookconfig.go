@@ -1,4 +1,7 @@
-package operator
+// Package webhookconfig owns the operator's webhook configurations: what
+// they should be, writing them, and which namespaces they serve. Everything
+// that asks "does the webhook see pods of this namespace" asks Serves.
+package webhookconfig
 
 import (
 	"context"
@@ -9,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,8 +26,8 @@ import (
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sidecar-operator-system,resources=leases,verbs=get;create;update
 
-// LabelWebhook on a namespace set to "disabled" keeps the webhook out of it.
-const LabelWebhook = "sidecar-operator.io/webhook"
+// DefaultName names both configurations.
+const DefaultName = "sidecar-operator"
 
 // DefaultFailurePolicy is Fail: a pod that should get a sidecar, for example
 // the log shipper or the agent its RBAC was granted for, is never admitted
@@ -32,15 +36,15 @@ const LabelWebhook = "sidecar-operator.io/webhook"
 // which the status controller reports, for availability.
 const DefaultFailurePolicy = admissionv1.Fail
 
-// WebhookTarget says where the apiserver reaches the webhook: a URL, or a Service.
-type WebhookTarget struct {
+// Target says where the apiserver reaches the webhook: a URL, or a Service.
+type Target struct {
 	URL              string
 	ServiceNamespace string
 	ServiceName      string
 }
 
-// MutatingWebhookConfiguration is the desired configuration for pod injection.
-func MutatingWebhookConfiguration(name string, target WebhookTarget, caBundle []byte, failurePolicy admissionv1.FailurePolicyType, excludeNamespaces ...string) *admissionv1.MutatingWebhookConfiguration {
+// Mutating is the desired configuration for pod injection.
+func Mutating(name string, target Target, caBundle []byte, failurePolicy admissionv1.FailurePolicyType, excludeNamespaces ...string) *admissionv1.MutatingWebhookConfiguration {
 	cc := admissionv1.WebhookClientConfig{CABundle: caBundle}
 	if target.URL != "" {
 		cc.URL = ptr.To(target.URL + webhook.PathMutatePods)
@@ -76,17 +80,17 @@ func MutatingWebhookConfiguration(name string, target WebhookTarget, caBundle []
 			}},
 			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 				{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: excluded},
-				{Key: LabelWebhook, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"disabled"}},
+				{Key: v1alpha1.LabelWebhook, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"disabled"}},
 			}},
 			ObjectSelector: &metav1.LabelSelector{},
 		}},
 	}
 }
 
-// ValidatingWebhookConfiguration is the desired configuration for judging
+// Validating is the desired configuration for judging
 // Sidecars and injection records. Pods are sent only when they carry, or
 // carried, an injection record.
-func ValidatingWebhookConfiguration(name string, target WebhookTarget, caBundle []byte, failurePolicy admissionv1.FailurePolicyType, excludeNamespaces ...string) *admissionv1.ValidatingWebhookConfiguration {
+func Validating(name string, target Target, caBundle []byte, failurePolicy admissionv1.FailurePolicyType, excludeNamespaces ...string) *admissionv1.ValidatingWebhookConfiguration {
 	clientConfig := func(path string) admissionv1.WebhookClientConfig {
 		cc := admissionv1.WebhookClientConfig{CABundle: caBundle}
 		if target.URL != "" {
@@ -149,9 +153,8 @@ func PodValidationNamespaces(excludeNamespaces ...string) *metav1.LabelSelector 
 	}}
 }
 
-// ensureValidatingConfiguration is ensureWebhookConfiguration for the
-// validating configuration.
-func ensureValidatingConfiguration(ctx context.Context, c client.Client, want *admissionv1.ValidatingWebhookConfiguration) error {
+// EnsureValidating is EnsureMutating for the validating configuration.
+func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.ValidatingWebhookConfiguration) error {
 	var have admissionv1.ValidatingWebhookConfiguration
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
 	if apierrors.IsNotFound(err) {
@@ -172,10 +175,10 @@ func ensureValidatingConfiguration(ctx context.Context, c client.Client, want *a
 	return c.Update(ctx, &have)
 }
 
-// ensureWebhookConfiguration creates the configuration or brings an existing
+// EnsureMutating creates the configuration or brings an existing
 // one to the desired webhooks, keeping its metadata. A desired webhook with no
 // caBundle keeps the one it has: cert-manager's CA injector sets it.
-func ensureWebhookConfiguration(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration) error {
+func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration) error {
 	var have admissionv1.MutatingWebhookConfiguration
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
 	if apierrors.IsNotFound(err) {
@@ -196,4 +199,26 @@ func ensureWebhookConfiguration(ctx context.Context, c client.Client, want *admi
 	}
 	have.Webhooks = webhooks
 	return c.Update(ctx, &have)
+}
+
+// Serves reports whether the configuration's webhooks are called for pods of
+// the namespace, by their namespaceSelectors; when not, why, naming the
+// webhook and the selector. nsLabels are the namespace's labels as stored
+// (the apiserver sets kubernetes.io/metadata.name on every namespace).
+// Match conditions and objectSelectors are per pod, not judged here.
+func Serves(c *admissionv1.MutatingWebhookConfiguration, namespace string, nsLabels map[string]string) (bool, string) {
+	for _, w := range c.Webhooks {
+		if w.NamespaceSelector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
+		if err != nil {
+			return false, fmt.Sprintf("webhook %s has an invalid namespaceSelector: %v", w.Name, err)
+		}
+		if !sel.Matches(labels.Set(nsLabels)) {
+			return false, fmt.Sprintf("webhook %s excludes namespace %s: its namespaceSelector %s does not match the namespace's labels %s (kube-system, the operator's namespace and namespaces labelled %s=disabled are excluded)",
+				w.Name, namespace, sel, labels.Set(nsLabels), v1alpha1.LabelWebhook)
+		}
+	}
+	return true, ""
 }

@@ -1,4 +1,4 @@
-package operator
+package podcache
 
 import (
 	"slices"
@@ -38,7 +38,7 @@ func TestSlimPodKeepsWhatTheEngineReads(t *testing.T) {
 	}
 	for _, mountPath := range []string{"/data", "/var/log"} { // the second conflicts: nothing pending
 		pod := full(mountPath)
-		obj, err := slimPod(pod)
+		obj, err := Slim(pod)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func TestSlimPodKeepsWhatTheEngineReads(t *testing.T) {
 			t.Errorf("mount %s: pending on the slim pod %v, on the full pod %v", mountPath, got, want)
 		}
 		if slim.Spec.Containers[0].Env != nil || slim.ManagedFields != nil || slim.Annotations[corev1.LastAppliedConfigAnnotation] != "" ||
-			slim.Status.Message != "" || serviceAccountOf(slim) != "sa" || slim.Status.Phase != corev1.PodRunning {
+			slim.Status.Message != "" || slim.Spec.ServiceAccountName != "sa" || slim.Status.Phase != corev1.PodRunning {
 			t.Errorf("slim pod %+v", slim)
 		}
 		if pod.Annotations[corev1.LastAppliedConfigAnnotation] == "" {

@@ -1,0 +1,48 @@
+package v1alpha1
+
+// Every label, annotation and finalizer key the operator reads or writes
+// that a user may see or set.
+
+// Pod annotation and label keys that make up the injection contract.
+const (
+	// AnnotationInject lists, comma-separated, Sidecars a pod requests by name.
+	AnnotationInject = "sidecar-operator.io/inject"
+	// AnnotationSkip vetoes injection: a comma-separated list of names, or "*".
+	AnnotationSkip = "sidecar-operator.io/skip"
+	// AnnotationStatus records what was injected, as InjectionStatus JSON.
+	AnnotationStatus = "sidecar-operator.io/status"
+	// LabelInjected is set to "true" on every pod that received a sidecar.
+	LabelInjected = "sidecar-operator.io/injected"
+)
+
+// Namespace labels.
+const (
+	// LabelWebhook set to "disabled" keeps the injection webhook out of a namespace.
+	LabelWebhook = "sidecar-operator.io/webhook"
+	// LabelValidation set to "disabled" turns pod validation off in a
+	// namespace; such a namespace gets no grants either.
+	LabelValidation = "sidecar-operator.io/validation"
+	// LabelVerify marks the objects `sidecar-operator verify --workload` creates, to find and delete them.
+	LabelVerify = "sidecar-operator.io/verify"
+)
+
+// Keys on the objects the operator makes.
+const (
+	// LabelManagedBy set to ManagedBy marks every object the operator owns.
+	// An object of the same name without it was made by someone else and is
+	// never taken over.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedBy is LabelManagedBy's value on the operator's objects.
+	ManagedBy = "sidecar-operator"
+	// LabelSidecar names the Sidecar an RBAC object was made for.
+	LabelSidecar = "sidecar-operator.io/sidecar"
+	// FinalizerRBAC holds a Sidecar that grants RBAC until its objects are gone.
+	FinalizerRBAC = "sidecar-operator.io/rbac"
+	// LabelPullSecretCopy marks the Secrets the operator copied.
+	LabelPullSecretCopy = "sidecar-operator.io/pull-secret-copy"
+	// AnnotationCopiedFrom on a copy names its source, namespace/name.
+	AnnotationCopiedFrom = "sidecar-operator.io/copied-from"
+	// AnnotationRotate on the operator's certificate or signing key Secret
+	// asks for a rotation.
+	AnnotationRotate = "sidecar-operator.io/rotate"
+)

@@ -1,0 +1,94 @@
+// Package controllertest holds the fixtures of the controllers' unit tests:
+// a Sidecar with a pod its webhook injected and signed, and a fake cluster
+// indexed as the operator's cache is.
+package controllertest
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
+	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
+)
+
+// Fleet is a Sidecar, the webhook's keys and engine, and a pod it
+// injected and signed in namespace "app".
+type Fleet struct {
+	Sidecar *v1alpha1.Sidecar
+	Pod     *corev1.Pod
+	Keys    *webhook.SwappableRing
+	Engines *webhook.SwappableEngine
+}
+
+// NewFleet makes a Fleet of the Sidecar as change leaves it.
+func NewFleet(t *testing.T, change func(*v1alpha1.Sidecar)) *Fleet {
+	t.Helper()
+	sc := &v1alpha1.Sidecar{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent", UID: "uid-1"},
+		Spec: v1alpha1.SidecarSpec{
+			Containers: []corev1.Container{{Name: "agent", Image: "registry.example.com/agent:1"}},
+			Selector:   &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
+		},
+	}
+	change(sc)
+	engine, err := inject.New([]v1alpha1.Sidecar{*sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := signing.ParseRing(map[string][]byte{"k1700000000": bytes.Repeat([]byte{1}, signing.KeySize)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "app", Labels: map[string]string{"app": "x"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	nsLabels := func(ns string) (map[string]string, bool) {
+		return map[string]string{corev1.LabelMetadataName: ns}, true
+	}
+	res, err := engine.Inject(pod, pod.Namespace, nsLabels, ring)
+	if err != nil || len(res.Injected) != 1 {
+		t.Fatalf("injecting the fixture pod: %v %+v", err, res)
+	}
+	f := &Fleet{Sidecar: sc, Pod: res.Pod, Keys: &webhook.SwappableRing{}, Engines: &webhook.SwappableEngine{}}
+	f.Keys.Store(ring)
+	f.Engines.Store(engine)
+	return f
+}
+
+// Namespace is a namespace as the cache holds it.
+func Namespace(name string) *metav1.PartialObjectMetadata {
+	ns := namespaces.Meta()
+	ns.Name, ns.Labels = name, map[string]string{corev1.LabelMetadataName: name}
+	return ns
+}
+
+// FakeCluster holds objs, with the pod index the controllers list by.
+func FakeCluster(objs ...client.Object) client.WithWatch {
+	return fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, podcache.IndexInjectedSidecars, podcache.InjectedSidecarNames).Build()
+}
+
+// ListedPods stands in for the informer's index with the fake client's.
+func ListedPods(c client.Reader) podcache.InjectedWith {
+	return func(sidecar string) ([]*corev1.Pod, error) {
+		var list corev1.PodList
+		err := c.List(context.Background(), &list, client.MatchingFields{podcache.IndexInjectedSidecars: sidecar})
+		pods := make([]*corev1.Pod, len(list.Items))
+		for i := range list.Items {
+			pods[i] = &list.Items[i]
+		}
+		return pods, err
+	}
+}

@@ -1,0 +1,193 @@
+// Package pullsecret owns the copies of Sidecars' imagePullSecrets: one in
+// every namespace where pods carry a Sidecar's grants, none anywhere else.
+package pullsecret
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
+	"github.com/sidecar-operator/sidecar-operator/internal/grants"
+	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
+	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
+)
+
+// Copies are written in every namespace with injected pods, and cached (a
+// label-filtered watch, which RBAC cannot narrow by label). Sources are read
+// live, only where --pull-secret-namespaces allows: get is granted by a Role
+// in the operator's namespace, the default; other namespaces need their own.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",namespace=sidecar-operator-system,resources=secrets,verbs=get
+
+const (
+	// DefaultResync bounds how long a copy lags a change of its
+	// source, which is not watched: watching every Secret would cache them all.
+	DefaultResync = time.Minute
+)
+
+// fleetKey is the one request: Sidecars may share a source, so the copies
+// are judged together.
+var fleetKey = types.NamespacedName{Name: "pull-secrets"}
+
+// Reconciler keeps a copy of each Sidecar's imagePullSecret in every
+// namespace where the Sidecar is injected, and no copy anywhere else. It
+// works on the whole fleet at once, since Sidecars may share a source.
+type Reconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Gate      *grants.Gate
+	Pods      podcache.InjectedWith
+	Policy    authorship.PullSecretPolicy
+	// Resync is how often copies are compared with their sources, which are
+	// not watched; zero means DefaultResync.
+	Resync time.Duration
+	Log    logr.Logger
+}
+
+// SetupWithManager runs the controller on the leader.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.Changes) error {
+	if r.Resync == 0 {
+		r.Resync = DefaultResync
+	}
+	all := watch.Constant(fleetKey)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("pullsecrets").
+		Watches(&v1alpha1.Sidecar{}, all, builder.WithPredicates(watch.SidecarChanged())).
+		Watches(&corev1.Pod{}, all, builder.WithPredicates(watch.InjectionChanged())).
+		Watches(namespaces.Meta(), all, builder.WithPredicates(watch.NamespaceGrantsChanged())).
+		Watches(&corev1.Secret{}, all).
+		WatchesRawSource(keyChanges.Source(all)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(r)
+}
+
+func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	view, ok := r.Gate.View()
+	if !ok {
+		return grants.NotLoaded, nil
+	}
+	var sidecars v1alpha1.SidecarList
+	if err := r.Client.List(ctx, &sidecars); err != nil {
+		return ctrl.Result{}, err
+	}
+	// want: namespace/name of each copy -> its source.
+	want := map[types.NamespacedName]v1alpha1.SecretReference{}
+	lagging := map[string]bool{} // copied-from of Sidecars the engine has not caught up with
+	for i := range sidecars.Items {
+		sc := &sidecars.Items[i]
+		ref := sc.Spec.ImagePullSecret
+		if ref == nil || !sc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Policy.AllowedNamespace(ref.Namespace); err != nil {
+			r.Log.Info("not copying a pull secret", "sidecar", sc.Name, "reason", err.Error())
+			continue
+		}
+		if view.Lags(sc) {
+			// Copies follow the Sidecar the webhook injects: until it is
+			// compiled, its copies stay as they are and no new one is made.
+			lagging[ref.Namespace+"/"+ref.Name] = true
+			continue
+		}
+		pods, err := r.Pods(sc.Name)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		for _, pod := range pods {
+			if pod.Namespace != ref.Namespace && view.Grants(ctx, pod, sc.Name) {
+				want[types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}] = *ref
+			}
+		}
+	}
+
+	var errs []error
+	sources := map[v1alpha1.SecretReference]*corev1.Secret{}
+	for key, ref := range want {
+		src, ok := sources[ref]
+		if !ok {
+			src = &corev1.Secret{}
+			if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, src); err != nil {
+				errs = append(errs, fmt.Errorf("imagePullSecret %s/%s: %w", ref.Namespace, ref.Name, err))
+				src = nil
+			} else if err := authorship.CheckPullSecretType(src); err != nil {
+				errs = append(errs, fmt.Errorf("imagePullSecret %s/%s not copied: %w", ref.Namespace, ref.Name, err))
+				src = nil
+			}
+			sources[ref] = src
+		}
+		if src != nil {
+			errs = append(errs, r.applyCopy(ctx, key, ref, src))
+		}
+	}
+	var copies corev1.SecretList
+	if err := r.Client.List(ctx, &copies, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: "true"}); err != nil {
+		return ctrl.Result{}, err
+	}
+	for i := range copies.Items {
+		c := &copies.Items[i]
+		if _, ok := want[client.ObjectKeyFromObject(c)]; !ok && !lagging[c.Annotations[v1alpha1.AnnotationCopiedFrom]] {
+			r.Log.Info("deleting pull secret copy", "secret", client.ObjectKeyFromObject(c).String())
+			errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, c)))
+		}
+	}
+	next := r.Resync
+	if len(lagging) > 0 {
+		next = time.Second
+	}
+	if err := errors.Join(errs...); err != nil {
+		// Not returned: controller-runtime would drop the resync for its
+		// backoff (up to 17 minutes), and one hand-made Secret of a copy's
+		// name would stop every copy from following its source.
+		r.Log.Error(err, "some pull secret copies are not in place", "retryIn", next)
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+func (r *Reconciler) applyCopy(ctx context.Context, key types.NamespacedName, ref v1alpha1.SecretReference, src *corev1.Secret) error {
+	from := ref.Namespace + "/" + ref.Name
+	copyOf := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: key.Name, Namespace: key.Namespace,
+			Labels:      map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: "true"},
+			Annotations: map[string]string{v1alpha1.AnnotationCopiedFrom: from},
+		},
+		Type: src.Type,
+		Data: src.Data,
+	}
+	var have corev1.Secret
+	err := r.Client.Get(ctx, key, &have)
+	if apierrors.IsNotFound(err) {
+		err = r.Client.Create(ctx, copyOf)
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("secret %s exists and was not made by sidecar-operator: not replaced by a copy of %s", key, from)
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if have.Annotations[v1alpha1.AnnotationCopiedFrom] != from {
+		return fmt.Errorf("secret %s is a copy of %s, not of %s: left alone", key, have.Annotations[v1alpha1.AnnotationCopiedFrom], from)
+	}
+	if have.Type == src.Type && maps.EqualFunc(have.Data, src.Data, func(a, b []byte) bool { return string(a) == string(b) }) {
+		return nil
+	}
+	have.Type, have.Data = src.Type, src.Data
+	return r.Client.Update(ctx, &have)
+}

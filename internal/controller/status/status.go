@@ -1,0 +1,264 @@
+// Package status owns Sidecar status (the pods each Sidecar matches,
+// carries, carries at an older revision, missed, or carries unverified, and
+// the Ready condition), the pod gauges, and the Events that tell of missed
+// and unverified pods.
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
+	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
+	"github.com/sidecar-operator/sidecar-operator/internal/grants"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
+)
+
+// +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;update;patch
+
+// Event reasons.
+const (
+	ReasonInjectionMissed     = "InjectionMissed"
+	ReasonInjectionUnverified = "InjectionUnverified"
+)
+
+// FieldManager owns every status field but RBACReady, which the RBAC
+// controller applies under its own.
+const FieldManager = "sidecar-operator-status"
+
+// fleetKey is the one request the controller works on: any change to a
+// pod, a Sidecar or a namespace recomputes every Sidecar's status in one
+// pass over the cached pods, so the cost grows with pods, not pods × Sidecars.
+var fleetKey = types.NamespacedName{Name: "fleet"}
+
+// interval is the least time between two passes: under pod churn, at most
+// one status write per second per Sidecar.
+const interval = time.Second
+
+// Reconciler writes every Sidecar's status from one pass over the pods.
+type Reconciler struct {
+	Client client.Client
+	Gate   *grants.Gate
+	// Pods yields the cached pods, read-only.
+	Pods func(yield func(*corev1.Pod) bool)
+	// NamespaceLabels reads the cached namespaces.
+	NamespaceLabels inject.NamespaceLabelsFunc
+	// Webhook is the desired MutatingWebhookConfiguration: pods of the
+	// namespaces it does not serve were never meant to be injected, so they
+	// are not missed.
+	Webhook *admissionv1.MutatingWebhookConfiguration
+	Events  recorder.EventRecorder
+	Log     logr.Logger
+
+	// reported holds "pod uid/sidecar" of missed injections already told, so
+	// that each missed pod gets one Event, not one per pass.
+	reported sets.Set[string]
+	// gauged are the Sidecars with metrics, to drop those of deleted ones.
+	gauged sets.Set[string]
+	// lastPass is when the last pass began.
+	lastPass time.Time
+}
+
+// SetupWithManager runs the controller on the leader, one pass at a time.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.Changes) error {
+	r.reported, r.gauged = sets.New[string](), sets.New[string]()
+	all := watch.Constant(fleetKey)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("status").
+		Watches(&v1alpha1.Sidecar{}, all, builder.WithPredicates(watch.SidecarChanged())).
+		Watches(&corev1.Pod{}, all, builder.WithPredicates(watch.JudgementChanged())).
+		Watches(namespaces.Meta(), all).
+		WatchesRawSource(keyChanges.Source(all)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(r)
+}
+
+// Reconcile judges every cached pod and writes each Sidecar's status.
+func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	// One key for the whole fleet: the events of the wait are folded into
+	// the pass that follows it.
+	if wait := time.Until(r.lastPass.Add(interval)); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	r.lastPass = time.Now()
+	view, ok := r.Gate.View()
+	if !ok {
+		return grants.NotLoaded, nil
+	}
+	var sidecars v1alpha1.SidecarList
+	if err := r.Client.List(ctx, &sidecars); err != nil {
+		return ctrl.Result{}, err
+	}
+	names := make([]string, len(sidecars.Items))
+	revisions := make(map[string]string, len(sidecars.Items))
+	engineStale := false
+	for i := range sidecars.Items {
+		sc := &sidecars.Items[i]
+		names[i] = sc.Name
+		revisions[sc.Name] = inject.Revision(&sc.Spec)
+		if view.Lags(sc) {
+			engineStale = true
+		}
+	}
+	judge := &fleet.Judge{
+		Engine:          view.Engine,
+		Revision:        func(name string) (string, bool) { rev, ok := revisions[name]; return rev, ok },
+		NamespaceLabels: r.NamespaceLabels,
+		Excluded:        r.excluded,
+		Verify:          view.Verify,
+	}
+	seen := sets.New[string]()
+	summary := fleet.Summarize(r.Pods, names, judge, nil, func(pod *corev1.Pod, st fleet.PodSidecar) {
+		switch st.State {
+		case fleet.Missed:
+			key := string(pod.UID) + "/" + st.Sidecar
+			seen.Insert(key)
+			r.reportMissed(key, pod, st.Sidecar)
+		case fleet.Unverified:
+			key := string(pod.UID) + "/" + st.Sidecar + "/unverified"
+			seen.Insert(key)
+			r.reportUnverified(view, key, pod, st.Sidecar)
+		}
+	})
+	r.reported = r.reported.Intersection(seen) // forget pods that are gone or fixed
+
+	for name := range r.gauged.Difference(sets.KeySet(summary.Sidecars)) {
+		sidecarPods.DeletePartialMatch(prometheus.Labels{"sidecar": name})
+	}
+	r.gauged = sets.KeySet(summary.Sidecars)
+	for i := range sidecars.Items {
+		sc := &sidecars.Items[i]
+		c := summary.Sidecars[sc.Name]
+		setPodGauges(sc.Name, c)
+		if err := r.writeStatus(ctx, view.Engine, sc, revisions[sc.Name], c); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if engineStale {
+		// Missed pods are judged by the engine: judge again once it is rebuilt.
+		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// excluded reports namespaces the webhook does not serve.
+func (r *Reconciler) excluded(namespace string) bool {
+	l, _ := r.NamespaceLabels(namespace)
+	served, _ := webhookconfig.Serves(r.Webhook, namespace, l)
+	return !served
+}
+
+// writeStatus applies the status fields this controller owns, when they
+// differ from what is stored.
+func (r *Reconciler) writeStatus(ctx context.Context, engine *inject.Engine, sc *v1alpha1.Sidecar, revision string, c *fleet.Counts) error {
+	status := v1alpha1.SidecarStatus{
+		ObservedGeneration: sc.Generation,
+		Revision:           revision,
+		MatchedPods:        c.Matched, InjectedPods: c.Injected, OutdatedPods: c.Outdated, MissedPods: c.Missed,
+		UnverifiedPods: c.Unverified,
+		Namespaces:     int32(c.Namespaces.Len()),
+	}
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Injecting", Message: "the webhook injects this revision", ObservedGeneration: sc.Generation}
+	if _, ok := engine.Revision(sc.Name); !ok {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Invalid", compileError(sc)
+	}
+	conditions := append([]metav1.Condition(nil), sc.Status.Conditions...)
+	readyChanged := apimeta.SetStatusCondition(&conditions, ready)
+	stored := sc.Status
+	stored.Conditions = nil
+	if !readyChanged && equality.Semantic.DeepEqual(stored, status) {
+		return nil
+	}
+	status.Conditions = []metav1.Condition{*apimeta.FindStatusCondition(conditions, v1alpha1.ConditionReady)}
+	// Server-side apply under this controller's name: RBACReady, which the
+	// RBAC controller applies, is neither undone nor waited for.
+	patch, err := json.Marshal(map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Sidecar",
+		"metadata": map[string]any{"name": sc.Name},
+		"status":   status,
+	})
+	if err != nil {
+		return err
+	}
+	err = r.Client.Status().Patch(ctx, sc, client.RawPatch(types.ApplyPatchType, patch), client.FieldOwner(FieldManager), client.ForceOwnership)
+	return client.IgnoreNotFound(err)
+}
+
+// compileError says why the engine left a Sidecar out.
+func compileError(sc *v1alpha1.Sidecar) string {
+	if _, err := inject.New([]v1alpha1.Sidecar{*sc}); err != nil {
+		return err.Error()
+	}
+	return "not loaded by the webhook yet"
+}
+
+// firstReport records key and says whether it was new.
+func (r *Reconciler) firstReport(key string) bool {
+	done := r.reported.Has(key)
+	r.reported.Insert(key)
+	return !done
+}
+
+// reportUnverified tells, once per pod, that a pod's record for a Sidecar
+// does not verify, on the pod itself: it gets none of the Sidecar's grants.
+func (r *Reconciler) reportUnverified(view *grants.View, key string, pod *corev1.Pod, sidecar string) {
+	if !r.firstReport(key) {
+		return
+	}
+	reason := "it cannot be verified"
+	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
+		if rec.Name == sidecar {
+			if err := view.Verify(pod, &rec); err != nil {
+				reason = err.Error()
+			}
+		}
+	}
+	r.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInjectionUnverified, "Verify",
+		"the injection record of sidecar %q was not made by the webhook for this pod, so it gets none of the Sidecar's grants: %s", sidecar, reason)
+	r.Log.Info("unverified injection record", "pod", podRef(pod), "sidecar", sidecar, "reason", reason)
+}
+
+// reportMissed tells, once per pod, that a pod lacks a Sidecar it matches,
+// on the object a user looks at: the pod's controller, else the pod.
+func (r *Reconciler) reportMissed(key string, pod *corev1.Pod, sidecar string) {
+	if !r.firstReport(key) {
+		return
+	}
+	var regarding client.Object = pod
+	remedy := "delete the pod to have it recreated"
+	if owner := metav1.GetControllerOf(pod); owner != nil {
+		m := &metav1.PartialObjectMetadata{}
+		m.APIVersion, m.Kind = owner.APIVersion, owner.Kind
+		m.Name, m.Namespace, m.UID = owner.Name, pod.Namespace, owner.UID
+		regarding, remedy = m, fmt.Sprintf("restart %s %s (for a Deployment: kubectl rollout restart)", owner.Kind, owner.Name)
+	}
+	r.Events.Eventf(regarding, pod, corev1.EventTypeWarning, ReasonInjectionMissed, "Inject",
+		"pod %s matches sidecar %q but was not injected, for example because it was created while the webhook was unavailable or before the Sidecar existed; %s",
+		podRef(pod), sidecar, remedy)
+	r.Log.Info("missed injection", "pod", podRef(pod), "sidecar", sidecar)
+}
+
+// podRef names a pod in messages.
+func podRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }

@@ -1,0 +1,119 @@
+// Package grants owns the one rule for which pods carry a Sidecar's grants
+// (RBAC subjects, pull secret copies, the injected counts): running pods
+// whose record for it verifies, in namespaces where pod validation guards
+// that record, that the Sidecar as compiled still selects. Pod creators
+// control everything else about a pod, so nothing else is trusted.
+package grants
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
+)
+
+// Gate judges grants with the keys and the engine the webhook uses.
+type Gate struct {
+	keys    webhook.KeySource
+	engines webhook.EngineSource
+	// validated selects the namespaces where pods are validated.
+	validated labels.Selector
+	// namespaces reads namespace labels from the cache; live, on a miss,
+	// from the apiserver, since a pod may be seen before its namespace.
+	namespaces, live client.Reader
+}
+
+// NewGate judges with keys and engines; excludeNamespaces are those the
+// validating configuration leaves out besides kube-system (the operator's).
+func NewGate(keys webhook.KeySource, engines webhook.EngineSource, namespaces, live client.Reader, excludeNamespaces ...string) (*Gate, error) {
+	sel, err := metav1.LabelSelectorAsSelector(webhookconfig.PodValidationNamespaces(excludeNamespaces...))
+	if err != nil {
+		return nil, err
+	}
+	return &Gate{keys: keys, engines: engines, validated: sel, namespaces: namespaces, live: live}, nil
+}
+
+// View is one pass's judge: the keys and engine loaded when it began, so
+// that no pass mixes a Sidecar's old rules with its new selection.
+type View struct {
+	gate *Gate
+	ring *signing.Ring
+	// Engine is the engine of this pass.
+	Engine *inject.Engine
+}
+
+// View holds the controllers back until the keys and the engine are loaded
+// (judged without them, every grant would be withdrawn), then fixes them for
+// one pass.
+func (g *Gate) View() (*View, bool) {
+	v := &View{gate: g, ring: g.keys.Ring(), Engine: g.engines.Engine()}
+	return v, v.ring != nil && v.Engine != nil
+}
+
+// NotLoaded is what a controller returns while View is not ready.
+var NotLoaded = ctrl.Result{RequeueAfter: time.Second}
+
+// Verify checks one record of a pod against the Sidecar of its name: what
+// fleet.Judge calls for each.
+func (v *View) Verify(pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error {
+	uid, _ := v.Engine.UID(rec.Name)
+	return v.ring.Verify(pod, uid, rec)
+}
+
+// Grants reports whether the pod carries the grants of sidecar: its record
+// verifies, and the Sidecar as compiled still selects the pod there.
+func (v *View) Grants(ctx context.Context, pod *corev1.Pod, sidecar string) bool {
+	if fleet.Finished(pod) || !v.gate.validates(ctx, pod.Namespace) {
+		return false
+	}
+	if !v.Engine.Selects(sidecar, pod, func(ns string) (map[string]string, bool) { return v.gate.namespaceLabels(ctx, ns) }) {
+		return false
+	}
+	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
+		if rec.Name == sidecar {
+			return v.Verify(pod, &rec) == nil
+		}
+	}
+	return false
+}
+
+// Lags reports whether the engine has not caught up with sc as it is now:
+// judged by it, pods would meet a selection that was dropped. A Sidecar
+// being deleted is left out of every engine, so never lags.
+func (v *View) Lags(sc *v1alpha1.Sidecar) bool {
+	if !sc.DeletionTimestamp.IsZero() {
+		return false
+	}
+	rev, ok := v.Engine.Revision(sc.Name)
+	if !ok {
+		_, err := inject.New([]v1alpha1.Sidecar{*sc})
+		return err == nil // one that does not compile is never loaded
+	}
+	uid, _ := v.Engine.UID(sc.Name)
+	return rev != inject.Revision(&sc.Spec) || uid != string(sc.UID)
+}
+
+// validates reports whether pods of the namespace are validated.
+func (g *Gate) validates(ctx context.Context, namespace string) bool {
+	ns := namespaces.Get(ctx, g.namespaces, g.live, namespace)
+	return ns != nil && ns.DeletionTimestamp.IsZero() && g.validated.Matches(labels.Set(ns.Labels))
+}
+
+func (g *Gate) namespaceLabels(ctx context.Context, namespace string) (map[string]string, bool) {
+	if ns := namespaces.Get(ctx, g.namespaces, g.live, namespace); ns != nil {
+		return ns.Labels, true
+	}
+	return nil, false
+}

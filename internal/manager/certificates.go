@@ -1,0 +1,152 @@
+package manager
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
+)
+
+// The configurations are created if missing (RBAC cannot scope create by
+// name) and updated only by name; --webhook-config-name needs this changed.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sidecar-operator-system,resources=leases,verbs=get;create;update
+
+// setUpCertificates returns the webhook's TLS configuration and a check that
+// the apiserver trusts what is served, and adds what keeps both current.
+func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls.Config, func(context.Context) error, error) {
+	publish := func(ctx context.Context, c client.Client, caBundle []byte) error {
+		if err := webhookconfig.EnsureMutating(ctx, c, webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)); err != nil {
+			return err
+		}
+		return webhookconfig.EnsureValidating(ctx, c, webhookconfig.Validating(opts.ValidatingConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace))
+	}
+	trusted := func(ctx context.Context, issuer []byte) error {
+		var have admissionv1.MutatingWebhookConfiguration
+		if err := mgr.GetCache().Get(ctx, client.ObjectKey{Name: opts.WebhookConfigName}, &have); err != nil {
+			return fmt.Errorf("MutatingWebhookConfiguration %s: %w", opts.WebhookConfigName, err)
+		}
+		for _, w := range have.Webhooks {
+			if issuer != nil && !bytes.Contains(w.ClientConfig.CABundle, issuer) {
+				return fmt.Errorf("the caBundle of %s does not hold the CA of the served certificate yet", opts.WebhookConfigName)
+			}
+		}
+		return nil
+	}
+
+	if opts.CertMode == CertModeSelf {
+		secret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.CertSecret}
+		certOpts := opts.Certificates
+		certOpts.Secret, certOpts.Hosts = secret, opts.WebhookHosts
+		certOpts.Labels = map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy}
+		keeper := &certrotation.Keeper{Client: mgr.GetCache(), Secret: secret, Log: log.WithName("certificates")}
+		isSecret := predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetNamespace() == secret.Namespace && o.GetName() == secret.Name
+		})
+		if err := ctrl.NewControllerManagedBy(mgr).
+			Named("certificate-keeper").
+			Watches(&corev1.Secret{}, watch.Constant(secret), builder.WithPredicates(isSecret)).
+			WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
+			Complete(keeper); err != nil {
+			return nil, nil, err
+		}
+		rotator := &certrotation.Rotator{
+			Client: mgr.GetClient(), Opts: certOpts, Log: log.WithName("certificates"),
+			Publish: func(ctx context.Context, bundle []byte) error {
+				return publish(ctx, mgr.GetClient(), bundle)
+			},
+		}
+		isConfig := predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetName() == opts.WebhookConfigName || o.GetName() == opts.ValidatingConfigName
+		})
+		if err := ctrl.NewControllerManagedBy(mgr).
+			Named("certificate-rotator").
+			Watches(&corev1.Secret{}, watch.Constant(secret), builder.WithPredicates(isSecret)).
+			// Someone else's write to the configuration, a GitOps sync say, is repaired.
+			Watches(&admissionv1.MutatingWebhookConfiguration{}, watch.Constant(secret), builder.WithPredicates(isConfig)).
+			Watches(&admissionv1.ValidatingWebhookConfiguration{}, watch.Constant(secret), builder.WithPredicates(isConfig)).
+			WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+				q.Add(reconcile.Request{NamespacedName: secret}) // the first pass creates the Secret
+				return nil
+			})).
+			WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+			Complete(rotator); err != nil {
+			return nil, nil, err
+		}
+		tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: keeper.GetCertificate}
+		return tlsConfig, func(ctx context.Context) error {
+			issuer := keeper.Issuer()
+			if issuer == nil {
+				return errors.New("no serving certificate loaded yet")
+			}
+			return trusted(ctx, issuer)
+		}, requireClientCertificates(tlsConfig, opts)
+	}
+
+	watcher, err := certwatcher.New(opts.TLSCertFile, opts.TLSKeyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tls-cert-file/--tls-private-key-file: %w", err)
+	}
+	if err := mgr.Add(watcher); err != nil {
+		return nil, nil, err
+	}
+	caBundle, err := readOptional(opts.CAFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading --ca-file: %w", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if opts.CertMode == CertModeCertManager {
+			caBundle = nil // cert-manager's CA injector owns the caBundle
+		}
+		if err := publish(ctx, mgr.GetClient(), caBundle); err != nil {
+			return err
+		}
+		log.Info("webhook registered", "configuration", opts.WebhookConfigName)
+		return nil
+	})); err != nil {
+		return nil, nil, err
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: watcher.GetCertificate}
+	return tlsConfig, func(ctx context.Context) error { return trusted(ctx, nil) }, requireClientCertificates(tlsConfig, opts)
+}
+
+// requireClientCertificates makes the webhook accept only callers with a
+// certificate of --client-ca-file: the apiserver.
+func requireClientCertificates(tlsConfig *tls.Config, opts Options) error {
+	if opts.ClientCAFile == "" {
+		return nil
+	}
+	return webhook.RequireClientCertificates(tlsConfig, opts.ClientCAFile)
+}
+
+func readOptional(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	return os.ReadFile(path)
+}

@@ -1,0 +1,213 @@
+// Package manager wires the operator: one controller-runtime manager with a
+// cache narrowed to what the controllers read, the controllers of
+// internal/controller, the certificates, the admin API and the webhook
+// server. Every replica serves the webhook; the elected one writes.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
+	"github.com/sidecar-operator/sidecar-operator/internal/clusterstate"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/engine"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/pullsecret"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/rbac"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/status"
+	"github.com/sidecar-operator/sidecar-operator/internal/grants"
+	"github.com/sidecar-operator/sidecar-operator/internal/inventory"
+	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
+	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
+)
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// Leader election records its Events through the core API.
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Run completes and validates opts, starts the manager and blocks until ctx is done.
+func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
+	if err := opts.Complete(); err != nil {
+		return err
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	if opts.QPS != 0 {
+		cfg = rest.CopyConfig(cfg)
+		cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
+	}
+	if opts.CreateNamespace {
+		if err := ensureNamespace(ctx, cfg, opts.Namespace); err != nil {
+			return err
+		}
+	}
+	mgr, err := ctrl.NewManager(cfg, managerOptions(opts))
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	log := mgr.GetLogger().WithName("operator")
+
+	engines, keys, keyChanges := &webhook.SwappableEngine{}, &webhook.SwappableRing{}, &signingkey.Changes{}
+	compiler := engine.New(engines)
+	if err := compiler.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	keySecret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.SigningKeySecret}
+	if err := signingkey.New(keySecret, opts.SigningKeyActivation, keys, keyChanges).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := addFleetControllers(ctx, mgr, opts, keys, engines, keyChanges); err != nil {
+		return err
+	}
+	if err := addAdminAPI(mgr, opts); err != nil {
+		return err
+	}
+	tlsConfig, published, err := setUpCertificates(mgr, opts, log)
+	if err != nil {
+		return err
+	}
+	if opts.Elected != nil {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			opts.Elected() // runnables that need leader election start only once elected
+			<-ctx.Done()
+			return nil
+		})); err != nil {
+			return err
+		}
+	}
+	server := newWebhookServer(mgr, opts, tlsConfig, engines, keys, log)
+	server.Ready = func() error {
+		select {
+		case <-compiler.Loaded():
+		default:
+			return errors.New("waiting for the cache")
+		}
+		if ring := keys.Ring(); ring == nil || ring.Empty() {
+			return fmt.Errorf("waiting for a signing key in Secret %s (Opaque, labelled %s=%s; the log says what is wrong)", keySecret, v1alpha1.LabelManagedBy, v1alpha1.ManagedBy)
+		}
+		return published(ctx)
+	}
+	if err := mgr.Add(server); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+var managedSelector = labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy})
+
+func managerOptions(opts Options) ctrl.Options {
+	metrics := metricsserver.Options{BindAddress: opts.MetricsAddr}
+	if opts.MetricsSecure {
+		metrics.SecureServing = true
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return ctrl.Options{
+		Scheme:                        scheme.New(),
+		Metrics:                       metrics,
+		HealthProbeBindAddress:        "0", // the webhook server serves /healthz and /readyz
+		PprofBindAddress:              opts.PprofAddr,
+		LeaderElection:                opts.LeaderElection,
+		LeaderElectionID:              "sidecar-operator-leader",
+		LeaderElectionNamespace:       opts.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(opts.SeveralInProcess)},
+		LeaseDuration:                 nonZero(opts.LeaseDuration),
+		RenewDeadline:                 nonZero(opts.RenewDeadline),
+		RetryPeriod:                   nonZero(opts.RetryPeriod),
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Namespace labels are read on the hot path: no copy per read.
+			namespaces.Meta(): {UnsafeDisableDeepCopy: ptr.To(true)},
+			// Pods are the cost centre: keep only what is read.
+			&corev1.Pod{}: {Transform: podcache.Slim},
+			// Only the objects the operator owns.
+			&rbacv1.ClusterRole{}:        {Label: managedSelector},
+			&rbacv1.ClusterRoleBinding{}: {Label: managedSelector},
+			&rbacv1.RoleBinding{}:        {Label: managedSelector},
+			&corev1.Secret{}:             {Label: managedSelector},
+		}},
+	}
+}
+
+// addFleetControllers adds the controllers that follow the injected pods
+// across the cluster: RBAC, pull secrets and status.
+func addFleetControllers(ctx context.Context, mgr manager.Manager, opts Options, keys webhook.KeySource, engines webhook.EngineSource, keyChanges *signingkey.Changes) error {
+	gate, err := grants.NewGate(keys, engines, mgr.GetCache(), mgr.GetAPIReader(), opts.Namespace)
+	if err != nil {
+		return err
+	}
+	pods, err := podcache.New(ctx, mgr.GetCache())
+	if err != nil {
+		return err
+	}
+	log := mgr.GetLogger().WithName("operator")
+	if err := (&rbac.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.InjectedWith, Log: log.WithName("rbac"),
+	}).SetupWithManager(mgr, keyChanges); err != nil {
+		return err
+	}
+	if err := (&pullsecret.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.InjectedWith,
+		Policy: authorship.PullSecretPolicy{Namespaces: opts.PullSecretNamespaces}, Resync: opts.PullSecretResync, Log: log.WithName("pullsecrets"),
+	}).SetupWithManager(mgr, keyChanges); err != nil {
+		return err
+	}
+	return (&status.Reconciler{
+		Client: mgr.GetClient(), Gate: gate, Pods: pods.All,
+		NamespaceLabels: func(name string) (map[string]string, bool) { return namespaces.Labels(mgr.GetCache(), name) },
+		Webhook:         webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, nil, opts.FailurePolicy, opts.Namespace),
+		Events:          mgr.GetEventRecorder("sidecar-operator"), Log: log.WithName("status"),
+	}).SetupWithManager(mgr, keyChanges)
+}
+
+// addAdminAPI serves the inventory on the metrics port, only behind its
+// authentication and authorization.
+func addAdminAPI(mgr manager.Manager, opts Options) error {
+	if !opts.MetricsSecure || opts.MetricsAddr == "0" || opts.MetricsAddr == "" {
+		return nil
+	}
+	admin := &inventory.Handlers{
+		Loader: &clusterstate.Loader{Reader: mgr.GetCache(), Live: mgr.GetAPIReader(), WebhookConfigName: opts.WebhookConfigName, Cached: true},
+		Live:   mgr.GetAPIReader(),
+	}
+	for path, h := range admin.Map() {
+		if err := mgr.AddMetricsServerExtraHandler(path, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureNamespace creates the operator's namespace outside a cluster.
+func ensureNamespace(ctx context.Context, cfg *rest.Config, name string) error {
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		return err
+	}
+	err = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
+	"github.com/sidecar-operator/sidecar-operator/internal/certs"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/pullsecret"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
+)
+
+// Options configure the manager started by `sidecar-operator run`: set what
+// the flags say, then Complete derives the rest and Validate checks it.
+type Options struct {
+	// InCluster says the operator runs in a pod: the webhook is reached
+	// through ServiceName in Namespace, which defaults to PodNamespace.
+	// Outside, it is reached at WebhookURL and Namespace is created.
+	InCluster    bool
+	PodNamespace string
+	ServiceName  string
+	// WebhookURL is the base URL the apiserver calls outside a cluster;
+	// empty means https://WebhookAddr, on loopback when it binds all.
+	WebhookURL string
+	// WebhookAddr is where the webhook listens.
+	WebhookAddr string
+	// CertMode says who makes the serving certificate: CertModeSelf (the
+	// default) keeps and rotates it in CertSecret; CertModeFiles serves
+	// TLSCertFile and TLSKeyFile, registering CAFile as the caBundle;
+	// CertModeCertManager serves files that cert-manager writes and leaves
+	// the caBundle to its CA injector.
+	CertMode CertMode
+	// TLSCertFile and TLSKeyFile serve the webhook in the file modes; they
+	// are reloaded when they change.
+	TLSCertFile, TLSKeyFile string
+	// CAFile is the caBundle registered in CertModeFiles.
+	CAFile string
+	// ClientCAFile, when set, makes the webhook require client certificates
+	// signed by it: only the apiserver may call.
+	ClientCAFile string
+	// CertSecret names the Secret in Namespace of CertModeSelf.
+	CertSecret string
+	// Certificates are the lifetimes and timing of CertModeSelf.
+	Certificates certrotation.Options
+	// LeaderElection makes one replica write; every replica serves.
+	LeaderElection bool
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election;
+	// zero keeps controller-runtime's defaults.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// WebhookConfigName names the MutatingWebhookConfiguration kept in step,
+	// and ValidatingConfigName the ValidatingWebhookConfiguration (default:
+	// the same name).
+	WebhookConfigName, ValidatingConfigName string
+	// FailurePolicy of the registered webhook: Fail or Ignore.
+	FailurePolicy admissionv1.FailurePolicyType
+	// Namespace the operator runs in: it holds the certificate Secret, the
+	// signing key and the leader lease, and is excluded from injection.
+	Namespace string
+	// MetricsAddr serves Prometheus metrics and, when MetricsSecure, the
+	// admin API and page; "0" disables it.
+	MetricsAddr string
+	// PprofAddr serves Go's profiles, unauthenticated; empty disables them.
+	PprofAddr string
+	// MetricsSecure serves MetricsAddr over HTTPS and authenticates and
+	// authorizes every request through the apiserver (TokenReview and
+	// SubjectAccessReview). Without it only /metrics is served, in plain HTTP.
+	MetricsSecure bool
+	// SigningKeySecret names the Secret in Namespace whose keys sign
+	// injection records; SigningKeyActivation is how long a new key waits
+	// before it signs.
+	SigningKeySecret     string
+	SigningKeyActivation time.Duration
+	// PullSecretNamespaces may hold imagePullSecret sources; empty means
+	// Namespace only.
+	PullSecretNamespaces []string
+	// PullSecretResync is how often pull secret copies are compared with
+	// their sources.
+	PullSecretResync time.Duration
+	// QPS and Burst bound the requests to the apiserver; zero keeps the
+	// rest.Config's.
+	QPS   float32
+	Burst int
+	// DrainDelay is how long the webhook keeps serving, not ready, once
+	// asked to stop; see webhook.Server.DrainDelay.
+	DrainDelay time.Duration
+
+	// Derived by Complete.
+
+	// Target is how the apiserver reaches the webhook.
+	Target webhookconfig.Target
+	// WebhookHosts are the serving certificate's names in CertModeSelf.
+	WebhookHosts []string
+	// CreateNamespace creates Namespace if it is missing, for runs outside a cluster.
+	CreateNamespace bool
+
+	// For tests.
+
+	// Listening, when set, receives the webhook's bound address.
+	Listening func(net.Addr)
+	// Elected, when set, is called once this replica leads.
+	Elected func()
+	// SeveralInProcess lets more than one operator run in one process, as
+	// replicas do in tests; controller names are then not checked for clashes.
+	SeveralInProcess bool
+}
+
+// CertMode says who makes the webhook's serving certificate.
+type CertMode string
+
+// Certificate modes.
+const (
+	CertModeSelf        CertMode = "self"
+	CertModeFiles       CertMode = "files"
+	CertModeCertManager CertMode = "cert-manager"
+)
+
+// DefaultNamespace is the operator's namespace outside a cluster.
+const DefaultNamespace = "sidecar-operator-system"
+
+// Complete fills in defaults and derives the webhook's target and names.
+// Targets and hosts already set are kept, as tests set them.
+func (o *Options) Complete() error {
+	if o.CertMode == "" {
+		o.CertMode = CertModeSelf
+	}
+	if o.FailurePolicy == "" {
+		o.FailurePolicy = webhookconfig.DefaultFailurePolicy
+	}
+	if o.WebhookConfigName == "" {
+		o.WebhookConfigName = webhookconfig.DefaultName
+	}
+	if o.ValidatingConfigName == "" {
+		o.ValidatingConfigName = o.WebhookConfigName
+	}
+	if o.SigningKeySecret == "" {
+		o.SigningKeySecret = signingkey.DefaultSecret
+	}
+	if o.SigningKeyActivation == 0 {
+		o.SigningKeyActivation = signingkey.DefaultActivation
+	}
+	if o.PullSecretResync == 0 {
+		o.PullSecretResync = pullsecret.DefaultResync
+	}
+	if o.InCluster {
+		if o.Namespace == "" {
+			o.Namespace = o.PodNamespace
+		}
+		if o.Namespace == "" {
+			return errors.New("set POD_NAMESPACE (with the downward API) or --namespace in a cluster")
+		}
+		if o.Target == (webhookconfig.Target{}) {
+			o.Target = webhookconfig.Target{ServiceNamespace: o.Namespace, ServiceName: o.ServiceName}
+			o.WebhookHosts = certs.ServiceHosts(o.ServiceName, o.Namespace)
+		}
+	} else {
+		if o.Namespace == "" {
+			o.Namespace = DefaultNamespace
+		}
+		o.CreateNamespace = true
+		if o.Target == (webhookconfig.Target{}) {
+			if o.WebhookURL == "" {
+				host, port, err := net.SplitHostPort(o.WebhookAddr)
+				if err != nil {
+					return fmt.Errorf("--webhook-addr: %w", err)
+				}
+				if host == "" || host == "0.0.0.0" || host == "::" {
+					host = "127.0.0.1"
+				}
+				o.WebhookURL = "https://" + net.JoinHostPort(host, port)
+			}
+			u, err := url.Parse(o.WebhookURL)
+			if err != nil || u.Scheme != "https" || u.Host == "" {
+				return fmt.Errorf("--webhook-url: want https://host[:port], got %q", o.WebhookURL)
+			}
+			o.Target = webhookconfig.Target{URL: o.WebhookURL}
+			o.WebhookHosts = []string{u.Hostname(), "localhost"}
+		}
+	}
+	if len(o.PullSecretNamespaces) == 0 {
+		o.PullSecretNamespaces = []string{o.Namespace}
+	}
+	return nil
+}
+
+// Validate checks completed options, naming the flag at fault.
+func (o *Options) Validate() error {
+	switch o.FailurePolicy {
+	case admissionv1.Fail, admissionv1.Ignore:
+	default:
+		return fmt.Errorf("--failure-policy: want Fail or Ignore, got %q", o.FailurePolicy)
+	}
+	switch o.CertMode {
+	case CertModeSelf:
+		if o.TLSCertFile != "" || o.TLSKeyFile != "" {
+			return errors.New("--tls-cert-file is for --cert-mode files or cert-manager")
+		}
+	case CertModeFiles, CertModeCertManager:
+		if o.TLSCertFile == "" || o.TLSKeyFile == "" {
+			return fmt.Errorf("--cert-mode %s needs --tls-cert-file and --tls-private-key-file", o.CertMode)
+		}
+	default:
+		return fmt.Errorf("--cert-mode: want self, files or cert-manager, got %q", o.CertMode)
+	}
+	if o.Namespace == "" {
+		return errors.New("--namespace: a namespace is needed for the signing key, the certificate Secret and the leader lease")
+	}
+	return nil
+}
