@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -o bin/sidecar-operator ./cmd/sidecar-operator
-go build -o bin/bench ./hack/bench
+go build -o bin/bench ./test/bench
 hack/control-plane.sh up
 trap 'hack/control-plane.sh down >/dev/null' EXIT
 bin/bench e2e -kubeconfig .local/kubeconfig "$@"

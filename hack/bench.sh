@@ -17,5 +17,5 @@ go test -run '^$' -bench . -benchmem ./internal/jsonscan ./internal/inject ./int
 
 echo "== HTTP: $(nproc) cores, wrk 1 thread or the Go load generator"
 go build -o bin/sidecar-operator ./cmd/sidecar-operator
-go build -o bin/bench ./hack/bench
+go build -o bin/bench ./test/bench
 bin/bench -binary bin/sidecar-operator "$@"

@@ -2,10 +2,10 @@
 // null handler behind the same TLS and HTTP server, in one run, alternating
 // the two under the same load. It is bench tooling, not part of the product.
 //
-//	go run ./hack/bench -binary bin/sidecar-operator   # what make bench runs
-//	go run ./hack/bench null -addr ... -cert ... -key ...   # the null server alone
-//	go run ./hack/bench e2e        # what make bench-e2e runs, on a running control plane
-//	go run ./hack/bench operator   # what make bench-operator runs, on a fresh control plane
+//	go run ./test/bench -binary bin/sidecar-operator   # what make bench runs
+//	go run ./test/bench null -addr ... -cert ... -key ...   # the null server alone
+//	go run ./test/bench e2e        # what make bench-e2e runs, on a running control plane
+//	go run ./test/bench operator   # what make bench-operator runs, on a fresh control plane
 package main
 
 import (
