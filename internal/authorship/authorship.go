@@ -190,11 +190,11 @@ func (a Access) String() string {
 // Wildcards stay literal: a SubjectAccessReview for verb "*" is allowed only
 // to one who holds "*" itself, so a wildcard is checked as a wildcard.
 func Attributes(rule *rbacv1.PolicyRule) []Access {
-	var out []Access
 	names := rule.ResourceNames
 	if len(names) == 0 {
 		names = []string{""}
 	}
+	out := make([]Access, 0, len(rule.APIGroups)*len(rule.Resources)*len(rule.Verbs)*len(names)+len(rule.NonResourceURLs)*len(rule.Verbs))
 	for _, group := range rule.APIGroups {
 		for _, resource := range rule.Resources {
 			res, sub, _ := strings.Cut(resource, "/")
@@ -215,7 +215,8 @@ func Attributes(rule *rbacv1.PolicyRule) []Access {
 	return out
 }
 
-func asUser(user authenticationv1.UserInfo, res *authorizationv1.ResourceAttributes, nonRes *authorizationv1.NonResourceAttributes) authorizationv1.SubjectAccessReviewSpec {
+func asUser(user authenticationv1.UserInfo, res *authorizationv1.ResourceAttributes,
+	nonRes *authorizationv1.NonResourceAttributes) authorizationv1.SubjectAccessReviewSpec {
 	s := authorizationv1.SubjectAccessReviewSpec{
 		User: user.Username, UID: user.UID, Groups: user.Groups,
 		ResourceAttributes: res, NonResourceAttributes: nonRes,
@@ -250,5 +251,5 @@ func CheckPullSecretType(s *corev1.Secret) error {
 	if s.Type == corev1.SecretTypeDockerConfigJson || s.Type == corev1.SecretTypeDockercfg {
 		return nil
 	}
-	return fmt.Errorf("Secret of type %q: a pull secret must be of type %s or %s", s.Type, corev1.SecretTypeDockerConfigJson, corev1.SecretTypeDockercfg)
+	return fmt.Errorf("the Secret is of type %q: a pull secret must be of type %s or %s", s.Type, corev1.SecretTypeDockerConfigJson, corev1.SecretTypeDockercfg)
 }

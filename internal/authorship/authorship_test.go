@@ -31,8 +31,9 @@ func TestAttributes(t *testing.T) {
 		{name: "resources without a group grant nothing", rule: rbacv1.PolicyRule{Resources: []string{"pods"}, Verbs: []string{"get"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var got []string
-			for _, a := range Attributes(&tc.rule) {
+			attrs := Attributes(&tc.rule)
+			got := make([]string, 0, len(attrs))
+			for _, a := range attrs {
 				got = append(got, a.String())
 			}
 			if !slices.Equal(got, tc.want) {
@@ -115,7 +116,7 @@ func TestCheck(t *testing.T) {
 			sc: sidecar(func(s *v1alpha1.SidecarSpec) {
 				s.ImagePullSecret = &v1alpha1.SecretReference{Namespace: "ops", Name: "reg"}
 			}),
-			want: []string{`spec.imagePullSecret: Invalid value: "ops/reg": Secret of type "Opaque"`}},
+			want: []string{`spec.imagePullSecret: Invalid value: "ops/reg": the Secret is of type "Opaque"`}},
 		{name: "pull secret readable and a registry credential", held: []string{"create pods", "get secrets reg in ops"}, secret: &corev1.Secret{Type: corev1.SecretTypeDockerConfigJson},
 			sc: sidecar(func(s *v1alpha1.SidecarSpec) {
 				s.ImagePullSecret = &v1alpha1.SecretReference{Namespace: "ops", Name: "reg"}

@@ -104,8 +104,8 @@ func expiry(pick func(*served) *x509.Certificate) func() float64 {
 
 func init() {
 	for name, pick := range map[string]func(*served) *x509.Certificate{
-		"ca":   func(s *served) *x509.Certificate { return s.issuer },
-		"leaf": func(s *served) *x509.Certificate { return s.leaf },
+		certCA:   func(s *served) *x509.Certificate { return s.issuer },
+		certLeaf: func(s *served) *x509.Certificate { return s.leaf },
 	} {
 		metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "sidecar_operator_certificate_expiry_seconds",

@@ -66,6 +66,13 @@ type Rotator struct {
 // maxRecheck bounds the time between passes when nothing else wakes one.
 const maxRecheck = 10 * time.Minute
 
+// The two certificates the rotator keeps, as v1alpha1.AnnotationRotate's
+// values name them and as the expiry metric's certificate label does.
+const (
+	certCA   = "ca"
+	certLeaf = "leaf"
+)
+
 func (r *Rotator) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	r.Opts.defaults()
 	now := time.Now()
@@ -102,7 +109,7 @@ func (r *Rotator) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, e
 	if len(bundle) > 0 {
 		ca, _ = certs.LoadCA(encodeCerts(bundle[:1]), data[KeyCAKey])
 	}
-	if ca == nil || now.After(dueAt(ca.Cert, r.Opts.RenewFraction)) || force == "ca" {
+	if ca == nil || now.After(dueAt(ca.Cert, r.Opts.RenewFraction)) || force == certCA {
 		newCA, err := certs.NewCA(fmt.Sprintf("sidecar-operator webhook CA %s", now.UTC().Format("2006-01-02T15:04:05Z")), r.Opts.CAValidity)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -114,7 +121,7 @@ func (r *Rotator) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, e
 		ca = newCA
 		annotations[annotationBundleSince] = now.UTC().Format(time.RFC3339Nano)
 		changed = true
-		r.Log.Info("new CA", "ca", describe(newCA.Cert), "trusted", len(bundle), "forced", force == "ca")
+		r.Log.Info("new CA", "ca", describe(newCA.Cert), "trusted", len(bundle), "forced", force == certCA)
 	}
 	data[KeyBundle] = encodeCerts(bundle)
 	next := dueAt(ca.Cert, r.Opts.RenewFraction)
@@ -124,7 +131,7 @@ func (r *Rotator) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, e
 	if _, err := tlsPair(data); err != nil {
 		leaf = nil
 	}
-	if leaf == nil || !signedBy(leaf, ca.Cert) || now.After(dueAt(leaf, r.Opts.RenewFraction)) || !coversHosts(leaf, r.Opts.Hosts) || force == "leaf" {
+	if r.leafDue(leaf, ca, now, force) {
 		since, _ := time.Parse(time.RFC3339Nano, annotations[annotationBundleSince])
 		if wait := since.Add(r.Opts.PublishDelay).Sub(now); leaf != nil && now.Before(leaf.NotAfter) && !signedBy(leaf, ca.Cert) && wait > 0 {
 			// Keep serving the old CA's certificate until the new CA is trusted.
@@ -137,7 +144,7 @@ func (r *Rotator) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, e
 			data[KeyCert], data[KeyKey] = issued.CertPEM, issued.KeyPEM
 			leaf = parseCerts(issued.CertPEM)[0]
 			changed = true
-			r.Log.Info("new serving certificate", "certificate", describe(leaf), "forced", force == "leaf")
+			r.Log.Info("new serving certificate", "certificate", describe(leaf), "forced", force == certLeaf)
 		}
 	}
 	if leafDue := dueAt(leaf, r.Opts.RenewFraction); leafDue.Before(next) {
@@ -164,6 +171,13 @@ func (r *Rotator) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, e
 		return ctrl.Result{}, fmt.Errorf("publishing the CA bundle: %w", err)
 	}
 	return ctrl.Result{RequeueAfter: min(max(time.Until(next), time.Second), maxRecheck)}, nil
+}
+
+// leafDue reports whether the serving certificate leaf must be reissued:
+// there is none, the current CA did not sign it, it is past its renewal
+// point, it misses a host, or force asks for it.
+func (r *Rotator) leafDue(leaf *x509.Certificate, ca *certs.CA, now time.Time, force string) bool {
+	return leaf == nil || !signedBy(leaf, ca.Cert) || now.After(dueAt(leaf, r.Opts.RenewFraction)) || !coversHosts(leaf, r.Opts.Hosts) || force == certLeaf
 }
 
 func mergeLabels(have, add map[string]string) map[string]string {

@@ -81,7 +81,7 @@ func signedBy(leaf, ca *x509.Certificate) bool {
 
 // coversHosts reports whether the leaf names exactly the hosts wanted.
 func coversHosts(leaf *x509.Certificate, hosts []string) bool {
-	var have []string
+	have := make([]string, 0, len(leaf.DNSNames)+len(leaf.IPAddresses))
 	have = append(have, leaf.DNSNames...)
 	for _, ip := range leaf.IPAddresses {
 		have = append(have, ip.String())

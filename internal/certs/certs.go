@@ -51,7 +51,7 @@ func NewCA(commonName string, validity time.Duration) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CA{Cert: cert, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key: key}, nil
+	return &CA{Cert: cert, CertPEM: encodeCert(der), key: key}, nil
 }
 
 // KeyPEM returns the CA's private key, PEM-encoded, for storing the CA.
@@ -80,7 +80,7 @@ func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
 	if !cert.IsCA {
 		return nil, fmt.Errorf("certificate %q is not a CA", cert.Subject.CommonName)
 	}
-	return &CA{Cert: cert, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), key: key}, nil
+	return &CA{Cert: cert, CertPEM: encodeCert(cert.Raw), key: key}, nil
 }
 
 // ServiceHosts are the names a Service is reached by inside a cluster.
@@ -143,7 +143,7 @@ func (ca *CA) issue(commonName string, hosts []string, usage x509.ExtKeyUsage, v
 		return nil, err
 	}
 	return &Serving{
-		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		CertPEM: encodeCert(der),
 		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
 	}, nil
 }
@@ -154,4 +154,9 @@ func serial() *big.Int {
 		panic(err) // crypto/rand does not fail on supported platforms
 	}
 	return n
+}
+
+// encodeCert encodes a DER certificate as PEM.
+func encodeCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

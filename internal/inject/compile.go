@@ -205,10 +205,5 @@ func selectorOrNil(s *metav1.LabelSelector) (labels.Selector, error) {
 }
 
 func (c *compiledSidecar) hasVolume(name string) bool {
-	for _, n := range c.volumeNames {
-		if n == name {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(c.volumeNames, name)
 }

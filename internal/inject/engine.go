@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -44,7 +43,7 @@ func New(sidecars []v1alpha1.Sidecar) (*Engine, error) {
 		e.byName[c.name] = c
 		e.sidecars = append(e.sidecars, c)
 	}
-	sort.Slice(e.sidecars, func(i, j int) bool { return e.sidecars[i].name < e.sidecars[j].name })
+	slices.SortFunc(e.sidecars, func(a, b *compiledSidecar) int { return strings.Compare(a.name, b.name) })
 	return e, errors.Join(errs...)
 }
 
@@ -100,7 +99,7 @@ type Signer interface {
 }
 
 // NamespaceLabelsFunc returns a namespace's labels; ok is false when unknown.
-type NamespaceLabelsFunc func(namespace string) (labels map[string]string, ok bool)
+type NamespaceLabelsFunc func(namespace string) (namespaceLabels map[string]string, ok bool)
 
 // DefaultNamespaceLabels knows only the label the apiserver sets on every
 // namespace; it is what offline and standalone injection use.
@@ -231,25 +230,8 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 		if !p.selects(sc, requested, podLabels, annotations) {
 			continue
 		}
-		if sc.nsSelector != nil && !sc.nsSelector.Empty() {
-			if nsLabelSet == nil {
-				l, ok := nsLabels(namespace)
-				if !ok {
-					p.skip(sc.name, SkipNamespaceUnknown, fmt.Sprintf("sidecar %q not injected: labels of namespace %q are unknown", sc.name, namespace))
-					continue
-				}
-				nsLabelSet = labels.Set(l)
-			}
-			matches := sc.nsSelector.Matches(nsLabelSet)
-			if p.trace != nil {
-				p.trace.note(sc.name, fmt.Sprintf("namespaceSelector %s %s namespace %s (labels %s)", sc.nsSelector, matchWord(matches), namespace, labelsText(nsLabelSet)))
-			}
-			if !matches {
-				if p.trace != nil {
-					p.trace.verdict(sc.name, VerdictNotSelected, "the namespace is not selected")
-				}
-				continue
-			}
+		if !p.namespaceSelects(sc, nsLabels, &nsLabelSet) {
+			continue
 		}
 		if skipAll || listHas(skip, sc.name) {
 			p.skip(sc.name, SkipByAnnotation, "")
@@ -283,6 +265,47 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 		}
 		p.selected = append(p.selected, sel)
 	}
+	e.warnRequested(p, requested)
+	if len(p.denials) > 0 || len(p.selected) == 0 {
+		return
+	}
+	p.planAppMounts()
+	p.planPullSecrets()
+	p.addLabel = pod.Metadata.Labels[v1alpha1.LabelInjected] != "true"
+}
+
+// namespaceSelects reports whether sc's namespaceSelector, if it has one,
+// selects the pod's namespace, recording a skip when the namespace's labels
+// are unknown. nsLabelSet caches those labels across the Sidecars of a pod.
+func (p *plan) namespaceSelects(sc *compiledSidecar, nsLabels NamespaceLabelsFunc, nsLabelSet *labels.Set) bool {
+	if sc.nsSelector == nil || sc.nsSelector.Empty() {
+		return true
+	}
+	if *nsLabelSet == nil {
+		l, ok := nsLabels(p.namespace)
+		if !ok {
+			p.skip(sc.name, SkipNamespaceUnknown, fmt.Sprintf("sidecar %q not injected: labels of namespace %q are unknown", sc.name, p.namespace))
+			return false
+		}
+		*nsLabelSet = labels.Set(l)
+	}
+	matches := sc.nsSelector.Matches(*nsLabelSet)
+	if p.trace != nil {
+		p.trace.note(sc.name, fmt.Sprintf("namespaceSelector %s %s namespace %s (labels %s)",
+			sc.nsSelector, matchWord(matches), p.namespace, labelsText(*nsLabelSet)))
+	}
+	if !matches {
+		if p.trace != nil {
+			p.trace.verdict(sc.name, VerdictNotSelected, "the namespace is not selected")
+		}
+		return false
+	}
+	return true
+}
+
+// warnRequested warns of each Sidecar the inject annotation requests that
+// does not exist or cannot be requested by name.
+func (e *Engine) warnRequested(p *plan, requested string) {
 	for _, name := range splitList(requested) { // nil when nothing is requested
 		switch sc := e.byName[name]; {
 		case sc == nil:
@@ -291,16 +314,16 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 			p.warnings = append(p.warnings, fmt.Sprintf("sidecar %q requested by annotation %s is not injected: %s", name, v1alpha1.AnnotationInject, notByName))
 		}
 	}
-	if len(p.denials) > 0 || len(p.selected) == 0 {
-		return
-	}
-	p.planAppMounts()
+}
+
+// planPullSecrets lists the image pull secrets the selected Sidecars need
+// that the pod lacks, once each.
+func (p *plan) planPullSecrets() {
 	for _, sel := range p.selected {
-		if name := sel.sc.pullSecret; name != "" && !pod.hasPullSecret(name) && !slices.Contains(p.pullSecrets, name) {
+		if name := sel.sc.pullSecret; name != "" && !p.pod.hasPullSecret(name) && !slices.Contains(p.pullSecrets, name) {
 			p.pullSecrets = append(p.pullSecrets, name)
 		}
 	}
-	p.addLabel = pod.Metadata.Labels[v1alpha1.LabelInjected] != "true"
 }
 
 // UID returns the metadata.uid of a Sidecar the engine injects: records are
@@ -543,7 +566,7 @@ func splitList(list string) []string {
 		return nil
 	}
 	var out []string
-	for _, item := range strings.Split(list, ",") {
+	for item := range strings.SplitSeq(list, ",") {
 		if item = strings.TrimSpace(item); item != "" {
 			out = append(out, item)
 		}

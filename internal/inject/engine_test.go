@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -32,8 +31,6 @@ func byLabel(key, value string) func(*v1alpha1.SidecarSpec) {
 		s.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{key: value}}
 	}
 }
-
-type podJSON map[string]any
 
 func pod(meta, spec map[string]any) []byte {
 	if spec == nil {
@@ -132,7 +129,7 @@ func TestParameters(t *testing.T) {
 			s.Parameters = []v1alpha1.Parameter{
 				{Name: "addr", Annotation: "a/addr", Required: true},
 				{Name: "job", Annotation: "a/job", Required: true},
-				{Name: "level", Annotation: "a/level", Default: ptr.To("info")},
+				{Name: "level", Annotation: "a/level", Default: new("info")},
 			}
 			s.Containers[0].Args = []string{"--addr={{ .Parameters.addr }}", "--job={{.Parameters.job}}", "{{ .Parameters.level }}"}
 			s.Containers[0].Env = []corev1.EnvVar{{Name: "NS", Value: "ns={{ .Pod.Namespace }}"}, {Name: "UP", Value: `{{ .Parameters.job | printf "%q" }}`}}
@@ -384,7 +381,7 @@ func TestImagePullSecretsAreAddedOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []string
+			got := make([]string, 0, len(p.Spec.ImagePullSecrets))
 			for _, s := range p.Spec.ImagePullSecrets {
 				got = append(got, s.Name)
 			}

@@ -2,7 +2,7 @@ package inject
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -117,7 +117,8 @@ func (t *tracer) present(sidecar string, status *v1alpha1.InjectionStatus) {
 		t.verdict(sidecar, VerdictCurrent, fmt.Sprintf("annotation %s records it at the current revision %s", v1alpha1.AnnotationStatus, x.Revision))
 		return
 	}
-	t.verdict(sidecar, VerdictOutdated, fmt.Sprintf("annotation %s records revision %s; the current one is %s: restart the workload to update it", v1alpha1.AnnotationStatus, x.InjectedRevision, x.Revision))
+	t.verdict(sidecar, VerdictOutdated, fmt.Sprintf("annotation %s records revision %s; the current one is %s: restart the workload to update it",
+		v1alpha1.AnnotationStatus, x.InjectedRevision, x.Revision))
 }
 
 func (t *tracer) parameters(sc *compiledSidecar, annotations map[string]string) {
@@ -163,7 +164,7 @@ func labelsText(l labels.Set) string {
 	for k := range l {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	var b strings.Builder
 	b.WriteByte('{')
 	for i, k := range keys {

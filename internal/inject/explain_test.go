@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
@@ -134,7 +133,7 @@ func agentSidecar() v1alpha1.Sidecar {
 		s.Activation = &v1alpha1.Activation{Annotation: "agent/enable"}
 		s.Parameters = []v1alpha1.Parameter{
 			{Name: "app", Annotation: "agent/app", Required: true},
-			{Name: "port", Annotation: "agent/port", Default: ptr.To("9999")},
+			{Name: "port", Annotation: "agent/port", Default: new("9999")},
 			{Name: "token", Annotation: "agent/token"},
 		}
 	})

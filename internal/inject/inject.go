@@ -59,7 +59,8 @@ type PodVolumesFunc func() ([]corev1.Volume, error)
 
 // InjectView is InjectJSON for a caller that decoded the PodView itself, for
 // example as part of an AdmissionReview.
-func (e *Engine) InjectView(view *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolumes PodVolumesFunc, signer Signer, buf []byte) (*Result, error) {
+func (e *Engine) InjectView(view *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolumes PodVolumesFunc,
+	signer Signer, buf []byte) (*Result, error) {
 	p := e.planFor(view, namespace, nsLabels, func(name string) (*corev1.Volume, error) {
 		volumes, err := podVolumes()
 		if err != nil {

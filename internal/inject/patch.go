@@ -137,6 +137,35 @@ func (p *plan) writePatch(buf []byte) ([]byte, error) {
 		return nil, err
 	}
 
+	p.writeAppMounts(&w)
+
+	if p.pod.Spec.Containers == nil {
+		err = p.writeArray(&w, "/spec/containers", func(s *selection) []renderedContainer { return s.sc.containers })
+	} else {
+		for i := range p.selected {
+			s := &p.selected[i]
+			for _, c := range s.sc.containers {
+				w.add("/spec/containers/-")
+				if w.buf, err = s.appendContainer(w.buf, c); err != nil {
+					return nil, err
+				}
+				w.end()
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	p.writeVolumes(&w)
+	p.writePullSecrets(&w)
+	return w.finish(), nil
+}
+
+// writeAppMounts mounts the Sidecars' shared volumes into the pod's own
+// containers: a whole array where a container has no volumeMounts, else
+// appended one by one.
+func (p *plan) writeAppMounts(w *patchWriter) {
 	for i := 0; i < len(p.appMounts); {
 		ci := p.appMounts[i].container
 		if p.pod.Spec.Containers[ci].VolumeMounts == nil {
@@ -158,25 +187,10 @@ func (p *plan) writePatch(buf []byte) ([]byte, error) {
 			w.end()
 		}
 	}
+}
 
-	if p.pod.Spec.Containers == nil {
-		err = p.writeArray(&w, "/spec/containers", func(s *selection) []renderedContainer { return s.sc.containers })
-	} else {
-		for i := range p.selected {
-			s := &p.selected[i]
-			for _, c := range s.sc.containers {
-				w.add("/spec/containers/-")
-				if w.buf, err = s.appendContainer(w.buf, c); err != nil {
-					return nil, err
-				}
-				w.end()
-			}
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-
+// writeVolumes adds the Sidecars' volumes the pod lacks.
+func (p *plan) writeVolumes(w *patchWriter) {
 	newVolumes := p.pod.Spec.Volumes == nil
 	first := true
 	for _, s := range p.selected {
@@ -202,7 +216,10 @@ func (p *plan) writePatch(buf []byte) ([]byte, error) {
 		w.buf = append(w.buf, ']')
 		w.end()
 	}
+}
 
+// writePullSecrets adds the image pull secrets the Sidecars need.
+func (p *plan) writePullSecrets(w *patchWriter) {
 	for i, name := range p.pullSecrets {
 		switch {
 		case p.pod.Spec.ImagePullSecrets != nil:
@@ -224,7 +241,6 @@ func (p *plan) writePatch(buf []byte) ([]byte, error) {
 		w.buf = append(w.buf, ']')
 		w.end()
 	}
-	return w.finish(), nil
 }
 
 // writeArray adds a whole array at path, made of each selection's containers.

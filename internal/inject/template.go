@@ -61,10 +61,10 @@ func compileStringTemplate(src string, params map[string]bool) (*stringTemplate,
 	if err != nil {
 		return nil, err
 	}
-	if parts, ok := simpleParts(t.Tree.Root, params); ok {
+	if parts, ok := simpleParts(t.Root, params); ok {
 		return &stringTemplate{parts: parts}, nil
 	}
-	if err := checkParameterRefs(t.Tree.Root, params); err != nil {
+	if err := checkParameterRefs(t.Root, params); err != nil {
 		return nil, err
 	}
 	// A trial run catches references to fields that do not exist.

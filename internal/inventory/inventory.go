@@ -12,7 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -216,7 +216,7 @@ func (h *Handlers) Inventory(ctx context.Context) (*Inventory, error) {
 				ns.Sidecars = append(ns.Sidecars, s.name)
 			}
 		}
-		sort.Strings(ns.Sidecars)
+		slices.Sort(ns.Sidecars)
 		byName[name] = ns
 	}
 	for _, d := range deployments.Items {
@@ -248,7 +248,7 @@ func (h *Handlers) Inventory(ctx context.Context) (*Inventory, error) {
 	for _, ns := range byName {
 		inv.Namespaces = append(inv.Namespaces, *ns)
 	}
-	sort.Slice(inv.Namespaces, func(i, j int) bool { return inv.Namespaces[i].Name < inv.Namespaces[j].Name })
+	slices.SortFunc(inv.Namespaces, func(a, b Namespace) int { return strings.Compare(a.Name, b.Name) })
 	return inv, nil
 }
 

@@ -49,7 +49,7 @@ func (s *Scanner) find(offset int, segments *[]string) bool {
 
 func keySegment(key string) string {
 	for _, r := range key {
-		if !(r == '_' || r == '-' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
+		if !isPlainKeyRune(r) {
 			return "[" + strconv.Quote(key) + "]"
 		}
 	}
@@ -57,4 +57,9 @@ func keySegment(key string) string {
 		return `[""]`
 	}
 	return "." + key
+}
+
+// isPlainKeyRune reports whether r may stand in a key written as .key.
+func isPlainKeyRune(r rune) bool {
+	return r == '_' || r == '-' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9'
 }

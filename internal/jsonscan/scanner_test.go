@@ -110,8 +110,7 @@ func TestTypeErrorInInvalidJSONIsASyntaxError(t *testing.T) {
 	s.Object()
 	s.Member()
 	s.String()
-	var syntaxErr *SyntaxError
-	if !errors.As(s.Err(), &syntaxErr) {
+	if _, ok := errors.AsType[*SyntaxError](s.Err()); !ok {
 		t.Fatalf("error %v (%T), want a SyntaxError", s.Err(), s.Err())
 	}
 }

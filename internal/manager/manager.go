@@ -177,7 +177,7 @@ func addFleetControllers(ctx context.Context, mgr manager.Manager, opts Options,
 		Client: mgr.GetClient(), Gate: gate, Pods: pods.All,
 		NamespaceLabels: func(name string) (map[string]string, bool) { return namespaces.Labels(mgr.GetCache(), name) },
 		Webhook:         webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, nil, opts.FailurePolicy, opts.Namespace),
-		Events:          mgr.GetEventRecorder("sidecar-operator"), Log: log.WithName("status"),
+		Log:             log.WithName("status"),
 	}).SetupWithManager(mgr, keyChanges)
 }
 

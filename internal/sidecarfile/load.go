@@ -11,7 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -43,7 +43,7 @@ func Load(path string) ([]v1alpha1.Sidecar, error) {
 				}
 			}
 		}
-		sort.Strings(files)
+		slices.Sort(files)
 	}
 	var out []v1alpha1.Sidecar
 	for _, f := range files {
@@ -110,7 +110,7 @@ func SplitYAML(r io.Reader) ([][]byte, error) {
 
 func stripComments(doc []byte) []byte {
 	var out []byte
-	for _, line := range bytes.Split(doc, []byte("\n")) {
+	for line := range bytes.SplitSeq(doc, []byte("\n")) {
 		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
 			out = append(out, line...)
 			out = append(out, '\n')

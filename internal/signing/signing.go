@@ -168,9 +168,10 @@ func (r *Ring) Sign(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.
 
 // Errors of Verify, for reasons and metrics.
 var (
-	ErrUnsigned       = errors.New("the record is not signed")
-	ErrUnknownKey     = errors.New("the record is signed with a key the operator does not hold")
-	ErrBadSignature   = errors.New("the signature does not match: the record was forged, altered, copied from a pod of another namespace or ServiceAccount, or made for an earlier Sidecar of that name")
+	ErrUnsigned     = errors.New("the record is not signed")
+	ErrUnknownKey   = errors.New("the record is signed with a key the operator does not hold")
+	ErrBadSignature = errors.New("the signature does not match: the record was forged, altered, " +
+		"copied from a pod of another namespace or ServiceAccount, or made for an earlier Sidecar of that name")
 	ErrContainers     = errors.New("the pod lacks a container the record claims")
 	ErrContentChanged = errors.New("the injected containers changed since injection")
 )

@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
@@ -71,7 +70,7 @@ func TestVerify(t *testing.T) {
 		{name: "image swapped", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].Image = "evil" }, want: ErrContentChanged},
 		{name: "args added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].Args = []string{"-x"} }, want: ErrContentChanged},
 		{name: "privileged", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
-			p.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+			p.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
 		}, want: ErrContentChanged},
 		{name: "container gone", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers = p.Spec.Containers[:1] }, want: ErrContainers},
 		{name: "an unknown key", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) {

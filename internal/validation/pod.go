@@ -54,7 +54,8 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) field.
 		default:
 			for _, name := range containers {
 				if !hasContainer(pod, name) {
-					errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("claims sidecar %q, but the pod has no container %q: a forged injection record", r.Name, name)))
+					msg := fmt.Sprintf("claims sidecar %q, but the pod has no container %q: a forged injection record", r.Name, name)
+					errs = append(errs, field.Forbidden(statusPath, msg))
 				}
 			}
 		}

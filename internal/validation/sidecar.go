@@ -21,7 +21,7 @@ func Sidecar(sc *v1alpha1.Sidecar, others []v1alpha1.Sidecar) field.ErrorList {
 	// Templates, parameters, selectors: whatever the engine refuses to
 	// compile. Its messages name their fields already.
 	if _, err := inject.New([]v1alpha1.Sidecar{*sc}); err != nil {
-		for _, line := range strings.Split(err.Error(), "\n") {
+		for line := range strings.SplitSeq(err.Error(), "\n") {
 			line = strings.TrimPrefix(line, fmt.Sprintf("sidecar %q: ", sc.Name))
 			errs = append(errs, field.Invalid(spec, field.OmitValueType{}, line))
 		}

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -50,21 +51,30 @@ func NewFleet(t *testing.T, change func(*v1alpha1.Sidecar)) *Fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := &Fleet{Sidecar: sc, Keys: &webhook.SwappableRing{}, Engines: &webhook.SwappableEngine{}}
+	f.Keys.Store(ring)
+	f.Engines.Store(engine)
+	f.Pod = f.InjectedPod(t, "app", "p", "")
+	return f
+}
+
+// InjectedPod is a pod labelled app=x that the fleet's webhook injected and
+// signed, running as serviceAccount ("" for the default).
+func (f *Fleet) InjectedPod(t *testing.T, namespace, name, serviceAccount string) *corev1.Pod {
+	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "app", Labels: map[string]string{"app": "x"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: types.UID("uid-" + namespace + "-" + name), Labels: map[string]string{"app": "x"}},
+		Spec:       corev1.PodSpec{ServiceAccountName: serviceAccount, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 	nsLabels := func(ns string) (map[string]string, bool) {
 		return map[string]string{corev1.LabelMetadataName: ns}, true
 	}
-	res, err := engine.Inject(pod, pod.Namespace, nsLabels, ring)
+	res, err := f.Engines.Engine().Inject(pod, pod.Namespace, nsLabels, f.Keys.Ring())
 	if err != nil || len(res.Injected) != 1 {
 		t.Fatalf("injecting the fixture pod: %v %+v", err, res)
 	}
-	f := &Fleet{Sidecar: sc, Pod: res.Pod, Keys: &webhook.SwappableRing{}, Engines: &webhook.SwappableEngine{}}
-	f.Keys.Store(ring)
-	f.Engines.Store(engine)
-	return f
+	return res.Pod
 }
 
 // Namespace is a namespace as the cache holds it.
@@ -74,9 +84,10 @@ func Namespace(name string) *metav1.PartialObjectMetadata {
 	return ns
 }
 
-// FakeCluster holds objs, with the pod index the controllers list by.
+// FakeCluster holds objs, with the pod index the controllers list by and
+// Sidecar status as a subresource.
 func FakeCluster(objs ...client.Object) client.WithWatch {
-	return fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).
+	return fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).WithStatusSubresource(&v1alpha1.Sidecar{}).
 		WithIndex(&corev1.Pod{}, podcache.IndexInjectedSidecars, podcache.InjectedSidecarNames).Build()
 }
 

@@ -7,6 +7,7 @@ package status
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
@@ -53,6 +53,13 @@ const FieldManager = "sidecar-operator-status"
 // pass over the cached pods, so the cost grows with pods, not pods × Sidecars.
 var fleetKey = types.NamespacedName{Name: "fleet"}
 
+// Missed and unverified pods are told of at most this fast: a new Sidecar
+// that matches ten thousand running pods does not flood the apiserver.
+const (
+	eventsPerSecond = 20
+	eventsBurst     = 100
+)
+
 // interval is the least time between two passes: under pod churn, at most
 // one status write per second per Sidecar.
 const interval = time.Second
@@ -69,12 +76,10 @@ type Reconciler struct {
 	// namespaces it does not serve were never meant to be injected, so they
 	// are not missed.
 	Webhook *admissionv1.MutatingWebhookConfiguration
-	Events  recorder.EventRecorder
 	Log     logr.Logger
 
-	// reported holds "pod uid/sidecar" of missed injections already told, so
-	// that each missed pod gets one Event, not one per pass.
-	reported sets.Set[string]
+	// events tells of each missed or unverified pod once.
+	events *podEvents
 	// gauged are the Sidecars with metrics, to drop those of deleted ones.
 	gauged sets.Set[string]
 	// lastPass is when the last pass began.
@@ -83,7 +88,7 @@ type Reconciler struct {
 
 // SetupWithManager runs the controller on the leader, one pass at a time.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.Changes) error {
-	r.reported, r.gauged = sets.New[string](), sets.New[string]()
+	r.prepare()
 	all := watch.Constant(fleetKey)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("status").
@@ -93,6 +98,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.C
 		WatchesRawSource(keyChanges.Source(all)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
+}
+
+// prepare makes the state kept across passes.
+func (r *Reconciler) prepare() {
+	r.gauged = sets.New[string]()
+	r.events = newPodEvents(r.Client, eventsPerSecond, eventsBurst)
 }
 
 // Reconcile judges every cached pod and writes each Sidecar's status.
@@ -129,20 +140,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		Excluded:        r.excluded,
 		Verify:          view.Verify,
 	}
-	seen := sets.New[string]()
+	seen := map[string]bool{}
+	deferred := false
+	var eventErrs []error
 	summary := fleet.Summarize(r.Pods, names, judge, nil, func(pod *corev1.Pod, st fleet.PodSidecar) {
+		var told bool
+		var err error
 		switch st.State {
 		case fleet.Missed:
-			key := string(pod.UID) + "/" + st.Sidecar
-			seen.Insert(key)
-			r.reportMissed(key, pod, st.Sidecar)
+			key := string(pod.UID) + "/" + st.Sidecar + "/missed"
+			seen[key] = true
+			told, err = r.reportMissed(ctx, key, pod, st.Sidecar)
 		case fleet.Unverified:
 			key := string(pod.UID) + "/" + st.Sidecar + "/unverified"
-			seen.Insert(key)
-			r.reportUnverified(view, key, pod, st.Sidecar)
+			seen[key] = true
+			told, err = r.reportUnverified(ctx, view, key, pod, st.Sidecar)
+		default:
+			return
+		}
+		deferred = deferred || !told
+		if err != nil {
+			eventErrs = append(eventErrs, err)
 		}
 	})
-	r.reported = r.reported.Intersection(seen) // forget pods that are gone or fixed
+	r.events.keep(seen) // forget pods that are gone or fixed
+	if err := errors.Join(eventErrs...); err != nil {
+		r.Log.Error(err, "some Events were not recorded")
+	}
 
 	for name := range r.gauged.Difference(sets.KeySet(summary.Sidecars)) {
 		sidecarPods.DeletePartialMatch(prometheus.Labels{"sidecar": name})
@@ -156,9 +180,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			return ctrl.Result{}, err
 		}
 	}
-	if engineStale {
+	switch {
+	case engineStale:
 		// Missed pods are judged by the engine: judge again once it is rebuilt.
 		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+	case deferred:
+		return ctrl.Result{RequeueAfter: interval}, nil // tell the rest
 	}
 	return ctrl.Result{}, nil
 }
@@ -214,18 +241,14 @@ func compileError(sc *v1alpha1.Sidecar) string {
 	return "not loaded by the webhook yet"
 }
 
-// firstReport records key and says whether it was new.
-func (r *Reconciler) firstReport(key string) bool {
-	done := r.reported.Has(key)
-	r.reported.Insert(key)
-	return !done
-}
+// reportUnverified and reportMissed report false when the rate limit
+// deferred the Event.
 
 // reportUnverified tells, once per pod, that a pod's record for a Sidecar
 // does not verify, on the pod itself: it gets none of the Sidecar's grants.
-func (r *Reconciler) reportUnverified(view *grants.View, key string, pod *corev1.Pod, sidecar string) {
-	if !r.firstReport(key) {
-		return
+func (r *Reconciler) reportUnverified(ctx context.Context, view *grants.View, key string, pod *corev1.Pod, sidecar string) (bool, error) {
+	if r.events.told[key] {
+		return true, nil
 	}
 	reason := "it cannot be verified"
 	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
@@ -235,29 +258,34 @@ func (r *Reconciler) reportUnverified(view *grants.View, key string, pod *corev1
 			}
 		}
 	}
-	r.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInjectionUnverified, "Verify",
-		"the injection record of sidecar %q was not made by the webhook for this pod, so it gets none of the Sidecar's grants: %s", sidecar, reason)
-	r.Log.Info("unverified injection record", "pod", podRef(pod), "sidecar", sidecar, "reason", reason)
+	told, err := r.events.tell(ctx, key, ref(pod), nil, corev1.EventTypeWarning, ReasonInjectionUnverified, "Verify",
+		fmt.Sprintf("the injection record of sidecar %q was not made by the webhook for this pod, so it gets none of the Sidecar's grants: %s", sidecar, reason))
+	if told && err == nil {
+		r.Log.Info("unverified injection record", "pod", podRef(pod), "sidecar", sidecar, "reason", reason)
+	}
+	return told, err
 }
 
 // reportMissed tells, once per pod, that a pod lacks a Sidecar it matches,
 // on the object a user looks at: the pod's controller, else the pod.
-func (r *Reconciler) reportMissed(key string, pod *corev1.Pod, sidecar string) {
-	if !r.firstReport(key) {
-		return
+func (r *Reconciler) reportMissed(ctx context.Context, key string, pod *corev1.Pod, sidecar string) (bool, error) {
+	if r.events.told[key] {
+		return true, nil
 	}
-	var regarding client.Object = pod
+	regarding, related := ref(pod), (*corev1.ObjectReference)(nil)
 	remedy := "delete the pod to have it recreated"
 	if owner := metav1.GetControllerOf(pod); owner != nil {
-		m := &metav1.PartialObjectMetadata{}
-		m.APIVersion, m.Kind = owner.APIVersion, owner.Kind
-		m.Name, m.Namespace, m.UID = owner.Name, pod.Namespace, owner.UID
-		regarding, remedy = m, fmt.Sprintf("restart %s %s (for a Deployment: kubectl rollout restart)", owner.Kind, owner.Name)
+		regarding = &corev1.ObjectReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Namespace: pod.Namespace, Name: owner.Name, UID: owner.UID}
+		related = ref(pod)
+		remedy = fmt.Sprintf("restart %s %s (for a Deployment: kubectl rollout restart)", owner.Kind, owner.Name)
 	}
-	r.Events.Eventf(regarding, pod, corev1.EventTypeWarning, ReasonInjectionMissed, "Inject",
-		"pod %s matches sidecar %q but was not injected, for example because it was created while the webhook was unavailable or before the Sidecar existed; %s",
-		podRef(pod), sidecar, remedy)
-	r.Log.Info("missed injection", "pod", podRef(pod), "sidecar", sidecar)
+	told, err := r.events.tell(ctx, key, regarding, related, corev1.EventTypeWarning, ReasonInjectionMissed, "Inject",
+		fmt.Sprintf("pod %s matches sidecar %q but was not injected, for example because it was created while the webhook was unavailable or before the Sidecar existed; %s",
+			podRef(pod), sidecar, remedy))
+	if told && err == nil {
+		r.Log.Info("missed injection", "pod", podRef(pod), "sidecar", sidecar)
+	}
+	return told, err
 }
 
 // podRef names a pod in messages.

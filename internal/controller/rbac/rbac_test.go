@@ -1,0 +1,159 @@
+package rbac
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/go-logr/logr"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/controllertest"
+	"github.com/sidecar-operator/sidecar-operator/internal/grants"
+)
+
+func subject(namespace, name string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: name}
+}
+
+func ownedBinding(namespace string, subjects ...rbacv1.Subject) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: RoleName("agent"), Labels: ownedLabels("agent")},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RoleName("agent")},
+		Subjects:   subjects,
+	}
+}
+
+// The subjects of a Sidecar's bindings are the ServiceAccounts of the pods
+// that carry its grants, per namespace: added, kept, dropped and deleted as
+// those pods come and go, and never taken from an object someone else made.
+func TestSubjects(t *testing.T) {
+	rules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create"}}}
+	for _, tc := range []struct {
+		name string
+		// pods are namespace/name/serviceAccount of injected pods.
+		pods        [][3]string
+		forged      bool // the pods' records are tampered with
+		clusterWide bool // the rules are clusterRules
+		have        []client.Object
+		// want are the RoleBindings' subjects by namespace; nil namespace
+		// entry means no binding there.
+		want        map[string][]rbacv1.Subject
+		wantCluster []rbacv1.Subject
+		wantReason  string
+	}{
+		{
+			name: "one binding per namespace, subjects sorted and unique",
+			pods: [][3]string{{"app", "a", "web"}, {"app", "b", ""}, {"app", "c", "web"}, {"ops", "d", "agent"}},
+			want: map[string][]rbacv1.Subject{
+				"app": {subject("app", "default"), subject("app", "web")},
+				"ops": {subject("ops", "agent")},
+			},
+			wantReason: "Granted",
+		},
+		{
+			name:       "a subject whose pods went is dropped",
+			pods:       [][3]string{{"app", "a", "web"}},
+			have:       []client.Object{ownedBinding("app", subject("app", "old"), subject("app", "web"))},
+			want:       map[string][]rbacv1.Subject{"app": {subject("app", "web")}},
+			wantReason: "Granted",
+		},
+		{
+			name:       "a namespace whose pods went loses its binding",
+			pods:       [][3]string{{"app", "a", "web"}},
+			have:       []client.Object{ownedBinding("ops", subject("ops", "agent"))},
+			want:       map[string][]rbacv1.Subject{"app": {subject("app", "web")}, "ops": nil},
+			wantReason: "Granted",
+		},
+		{
+			name:       "forged records grant nothing",
+			pods:       [][3]string{{"app", "a", "web"}},
+			forged:     true,
+			want:       map[string][]rbacv1.Subject{"app": nil},
+			wantReason: "Granted",
+		},
+		{
+			name: "a binding of the name someone else made is a conflict, left alone",
+			pods: [][3]string{{"app", "a", "web"}},
+			have: []client.Object{&rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: RoleName("agent")},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+				Subjects:   []rbacv1.Subject{subject("app", "mine")},
+			}},
+			want:       map[string][]rbacv1.Subject{"app": {subject("app", "mine")}},
+			wantReason: "NameConflict",
+		},
+		{
+			name:        "cluster rules: one ClusterRoleBinding across namespaces",
+			pods:        [][3]string{{"app", "a", "web"}, {"ops", "d", "agent"}},
+			clusterWide: true,
+			want:        map[string][]rbacv1.Subject{"app": nil, "ops": nil},
+			wantCluster: []rbacv1.Subject{subject("app", "web"), subject("ops", "agent")},
+			wantReason:  "Granted",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := controllertest.NewFleet(t, func(sc *v1alpha1.Sidecar) {
+				sc.Spec.RBAC = &v1alpha1.SidecarRBAC{Rules: rules}
+				if tc.clusterWide {
+					sc.Spec.RBAC = &v1alpha1.SidecarRBAC{ClusterRules: rules}
+				}
+			})
+			objs := append([]client.Object{f.Sidecar, controllertest.Namespace("app"), controllertest.Namespace("ops")}, tc.have...)
+			for _, p := range tc.pods {
+				pod := f.InjectedPod(t, p[0], p[1], p[2])
+				if tc.forged {
+					pod.Spec.Containers[len(pod.Spec.Containers)-1].Image = "evil"
+				}
+				objs = append(objs, pod)
+			}
+			c := controllertest.FakeCluster(objs...)
+			gate, err := grants.NewGate(f.Keys, f.Engines, c, c, "sidecar-operator-system")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &Reconciler{Client: c, APIReader: c, Gate: gate, Pods: controllertest.ListedPods(c), Log: logr.Discard()}
+			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.Sidecar)})
+			if tc.wantReason == "NameConflict" {
+				if err != nil || res.RequeueAfter != conflictRecheck {
+					t.Fatalf("Reconcile = %+v, %v; want a recheck in %s and no error", res, err, conflictRecheck)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			for ns, want := range tc.want {
+				var rb rbacv1.RoleBinding
+				err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: RoleName("agent")}, &rb)
+				switch {
+				case want == nil && err == nil:
+					t.Errorf("namespace %s: binding %v, want none", ns, rb.Subjects)
+				case want != nil && err != nil:
+					t.Errorf("namespace %s: %v, want subjects %v", ns, err, want)
+				case want != nil && !slices.Equal(rb.Subjects, want):
+					t.Errorf("namespace %s: subjects %v, want %v", ns, rb.Subjects, want)
+				}
+			}
+			var crb rbacv1.ClusterRoleBinding
+			err = c.Get(context.Background(), client.ObjectKey{Name: ClusterRoleName("agent")}, &crb)
+			if got := crb.Subjects; tc.wantCluster == nil && err == nil || tc.wantCluster != nil && !slices.Equal(got, tc.wantCluster) {
+				t.Errorf("ClusterRoleBinding subjects %v (%v), want %v", got, err, tc.wantCluster)
+			}
+			var sc v1alpha1.Sidecar
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(f.Sidecar), &sc); err != nil {
+				t.Fatal(err)
+			}
+			cond := apimeta.FindStatusCondition(sc.Status.Conditions, v1alpha1.ConditionRBACReady)
+			if cond == nil || cond.Reason != tc.wantReason {
+				t.Errorf("RBACReady = %+v, want reason %s", cond, tc.wantReason)
+			}
+			if !slices.Contains(sc.Finalizers, v1alpha1.FinalizerRBAC) {
+				t.Errorf("finalizers %v: a granting Sidecar keeps %s", sc.Finalizers, v1alpha1.FinalizerRBAC)
+			}
+		})
+	}
+}
