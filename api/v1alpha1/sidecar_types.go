@@ -250,7 +250,3 @@ type InjectionRecord struct {
 	// ServiceAccount, the name, revision, containers and digest.
 	Signature string `json:"signature,omitempty"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Sidecar{}, &SidecarList{})
-}
