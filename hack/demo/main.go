@@ -44,11 +44,11 @@ func run(step string) error {
 	if err != nil {
 		return err
 	}
-	scheme := scheme.New()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+	sch := scheme.New()
+	if err := apiextensionsv1.AddToScheme(sch); err != nil {
 		return err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cfg, client.Options{Scheme: sch})
 	if err != nil {
 		return err
 	}

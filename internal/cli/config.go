@@ -3,7 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -115,7 +115,7 @@ func readConfigFile(path string, flags *pflag.FlagSet) (map[string]string, error
 		}
 	}
 	if len(unknown) > 0 {
-		sort.Strings(unknown)
+		slices.Sort(unknown)
 		return nil, fmt.Errorf("--config %s: unknown keys %s: each key is a flag name of %q", path, strings.Join(unknown, ", "), flags.Name())
 	}
 	return out, nil

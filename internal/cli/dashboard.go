@@ -131,7 +131,8 @@ func dashboardToken(cluster *clusterFlags, token, tokenFile string) (string, err
 		return strings.TrimSpace(string(raw)), nil
 	}
 	if cfg.BearerToken == "" {
-		return "", errors.New("the kubeconfig has no bearer token (client certificates cannot be forwarded): pass --token \"$(kubectl create token <service account>)\"")
+		return "", errors.New("the kubeconfig has no bearer token (client certificates cannot be forwarded): " +
+			"pass --token \"$(kubectl create token <service account>)\"")
 	}
 	return cfg.BearerToken, nil
 }

@@ -141,8 +141,11 @@ func newExplainPodCommand() *cobra.Command {
 	return cmd
 }
 
+// outputJSON is the --output value that prints JSON.
+const outputJSON = "json"
+
 func checkOutput(output string) error {
-	if output != "text" && output != "json" {
+	if output != "text" && output != outputJSON {
 		return fmt.Errorf("--output: want text or json, got %q", output)
 	}
 	return nil
@@ -155,7 +158,7 @@ func warnLeftOut(cmd *cobra.Command, err error) {
 }
 
 func writeExplained(w io.Writer, output string, list []explained) error {
-	if output == "json" {
+	if output == outputJSON {
 		if list == nil {
 			list = []explained{}
 		}

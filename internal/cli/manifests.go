@@ -77,7 +77,8 @@ func RenderManifests(namespace, image, certMode string) ([]byte, error) {
 		return nil, fmt.Errorf("--cert-mode: want self or cert-manager, got %q", certMode)
 	}
 	name, tag := splitImage(image)
-	overlay := fmt.Sprintf("namespace: %s\nsortOptions:\n  order: legacy\nresources:\n  - ../config/default\n%simages:\n  - name: sidecar-operator\n    newName: %q\n", namespace, components, name)
+	overlay := fmt.Sprintf("namespace: %s\nsortOptions:\n  order: legacy\nresources:\n  - ../config/default\n"+
+		"%simages:\n  - name: sidecar-operator\n    newName: %q\n", namespace, components, name)
 	if strings.HasPrefix(tag, "@") {
 		overlay += "    digest: \"" + tag[1:] + "\"\n"
 	} else if tag != "" {

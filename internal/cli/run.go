@@ -83,28 +83,34 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 	f.DurationVar(&opts.Certificates.CAValidity, "ca-validity", 365*24*time.Hour, "lifetime of a new CA; replaced at 2/3 of it")
 	f.DurationVar(&opts.Certificates.LeafValidity, "cert-validity", 90*24*time.Hour, "lifetime of a new serving certificate; renewed at 2/3 of it")
 	f.DurationVar(&opts.Certificates.PublishDelay, "ca-publish-delay", 10*time.Second, "how long a new CA is trusted before the serving certificate moves to it")
-	f.StringVar(&opts.Namespace, "namespace", "", "namespace of the certificate Secret and the leader lease (default: POD_NAMESPACE in a cluster, sidecar-operator-system outside, created if missing)")
+	f.StringVar(&opts.Namespace, "namespace", "", "namespace of the certificate Secret and the leader lease "+
+		"(default: POD_NAMESPACE in a cluster, sidecar-operator-system outside, created if missing)")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to write; every replica serves the webhook")
 	f.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a leader's lease lasts without renewal")
 	f.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before giving up")
 	f.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire the lease")
-	f.DurationVar(&opts.DrainDelay, "shutdown-drain", 5*time.Second, "on SIGTERM, keep serving (not ready, closing connections after each answer) this long before closing the listener")
+	f.DurationVar(&opts.DrainDelay, "shutdown-drain", 5*time.Second,
+		"on SIGTERM, keep serving (not ready, closing connections after each answer) this long before closing the listener")
 	f.StringVar(&opts.ClientCAFile, "client-ca-file", "", "PEM CA of the client certificates required from callers (the apiserver's AdmissionConfiguration)")
 	f.StringVar(&opts.TLSCertFile, "tls-cert-file", "", "PEM serving certificate (--cert-mode files or cert-manager)")
 	f.StringVar(&opts.TLSKeyFile, "tls-private-key-file", "", "PEM private key of --tls-cert-file")
 	f.StringVar(&opts.CAFile, "ca-file", "", "PEM CA registered as the webhook's caBundle with --tls-cert-file")
 	f.StringVar(&opts.WebhookConfigName, "webhook-config-name", "sidecar-operator", "MutatingWebhookConfiguration to keep in step")
 	f.StringVar(&o.failurePolicy, "failure-policy", "Fail", "webhook failurePolicy: Fail (no pod escapes injection) or Ignore")
-	f.StringVar(&opts.SigningKeySecret, "signing-key-secret", signingkey.DefaultSecret, "Secret in --namespace whose keys sign injection records (made if missing); add a key with kubectl annotate secret <it> sidecar-operator.io/rotate=key")
-	f.DurationVar(&opts.SigningKeyActivation, "signing-key-activation", signingkey.DefaultActivation, "how long a new signing key waits, so that every replica has loaded it, before it signs")
+	f.StringVar(&opts.SigningKeySecret, "signing-key-secret", signingkey.DefaultSecret, "Secret in --namespace whose keys sign injection records "+
+		"(made if missing); add a key with kubectl annotate secret <it> sidecar-operator.io/rotate=key")
+	f.DurationVar(&opts.SigningKeyActivation, "signing-key-activation", signingkey.DefaultActivation,
+		"how long a new signing key waits, so that every replica has loaded it, before it signs")
 	f.StringSliceVar(&opts.PullSecretNamespaces, "pull-secret-namespaces", nil, "namespaces imagePullSecret sources may come from (default: --namespace)")
 	f.DurationVar(&opts.PullSecretResync, "pull-secret-resync", pullsecret.DefaultResync, "how soon a change to an imagePullSecret's source reaches its copies")
 	f.Float32Var(&opts.QPS, "kube-api-qps", 100, "requests per second to the apiserver, sustained")
 	f.IntVar(&opts.Burst, "kube-api-burst", 200, "requests to the apiserver in a burst")
 	addConfigFlag(cmd)
-	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", "address for Prometheus metrics and the admin API and page (/admin/v1/inventory, /admin/v1/sidecars, /); 0 disables them")
+	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", "address for Prometheus metrics and the admin API and page "+
+		"(/admin/v1/inventory, /admin/v1/sidecars, /); 0 disables them")
 	f.StringVar(&opts.PprofAddr, "pprof-bind-address", "", "address for Go's /debug/pprof profiles, unauthenticated: bind it to loopback; empty disables it")
-	f.BoolVar(&opts.MetricsSecure, "metrics-secure", true, "serve --metrics-bind-address over HTTPS, every request authenticated and authorized by the apiserver; false serves only /metrics, in plain HTTP")
+	f.BoolVar(&opts.MetricsSecure, "metrics-secure", true, "serve --metrics-bind-address over HTTPS, every request authenticated and authorized "+
+		"by the apiserver; false serves only /metrics, in plain HTTP")
 	return cmd
 }
 

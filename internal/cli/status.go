@@ -29,7 +29,7 @@ in; for each workload (Deployment, StatefulSet, DaemonSet, other controllers,
 bare pods), which Sidecars its pods carry and whether they are current.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
+			if output != "table" && output != outputJSON {
 				return fmt.Errorf("--output: want table or json, got %q", output)
 			}
 			c, err := cluster.client()
@@ -44,7 +44,7 @@ bare pods), which Sidecars its pods carry and whether they are current.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), "Warning: left out:", snap.EngineErr)
 			}
 			status := snap.Status()
-			if output == "json" {
+			if output == outputJSON {
 				return writeJSON(cmd.OutOrStdout(), status)
 			}
 			return writeStatusTable(cmd.OutOrStdout(), status)

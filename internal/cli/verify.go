@@ -115,7 +115,8 @@ Exit status 0 when every --sidecar would be injected, 1 otherwise.`,
 	f.StringSliceVar(&o.sidecars, "sidecar", nil, "Sidecar the pod should get (repeatable, or comma-separated)")
 	f.StringToStringVar(&o.labels, "label", nil, "label of the test pod, key=value (repeatable)")
 	f.StringToStringVar(&o.annotations, "annotation", nil, "annotation of the test pod, key=value (repeatable): parameters, activation")
-	f.BoolVar(&o.optIn, "opt-in", true, "annotate the pod with sidecar-operator.io/inject naming the --sidecar Sidecars (with its activation annotation, for a Sidecar that refuses requests by name)")
+	f.BoolVar(&o.optIn, "opt-in", true, "annotate the pod with sidecar-operator.io/inject naming the --sidecar Sidecars "+
+		"(with its activation annotation, for a Sidecar that refuses requests by name)")
 	f.StringVar(&o.image, "image", "registry.k8s.io/pause:3.10", "image of the test pod's container")
 	f.BoolVar(&o.workload, "workload", false, "create a real Deployment and Service instead of a dry-run pod, then delete them")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long --workload waits for its pod")
@@ -178,7 +179,7 @@ func (o *verifyOptions) run(ctx context.Context, c client.Client, warnings *warn
 }
 
 func writeVerifyReport(w io.Writer, output string, r *VerifyReport) error {
-	if output == "json" {
+	if output == outputJSON {
 		return writeJSON(w, r)
 	}
 	fmt.Fprintf(w, "verify (%s) in namespace %s", r.Mode, r.Namespace)

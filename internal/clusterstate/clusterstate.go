@@ -201,7 +201,11 @@ func (s *Snapshot) Status() *Status {
 	for _, name := range s.Engine.Names() {
 		c := summary.Sidecars[name]
 		rev, _ := s.Engine.Revision(name)
-		out.Sidecars = append(out.Sidecars, SidecarRow{Name: name, Revision: rev, Matched: c.Matched, Injected: c.Injected, Outdated: c.Outdated, Missed: c.Missed, Namespaces: c.Namespaces.Len()})
+		out.Sidecars = append(out.Sidecars, SidecarRow{
+			Name: name, Revision: rev,
+			Matched: c.Matched, Injected: c.Injected, Outdated: c.Outdated, Missed: c.Missed,
+			Namespaces: c.Namespaces.Len(),
+		})
 	}
 	return out
 }

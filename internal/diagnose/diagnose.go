@@ -107,7 +107,8 @@ func judge(name string, c Cluster, a Attempt, records []v1alpha1.InjectionRecord
 		if rec.Name == name {
 			r.Injected, r.Revision, r.Current, r.Cause = true, rec.Revision, rec.Revision == current, CauseInjected
 			if !r.Current {
-				r.Detail = append(r.Detail, fmt.Sprintf("the webhook injected revision %s; the Sidecar's current revision is %s: the operator has not loaded it yet", rec.Revision, current))
+				r.Detail = append(r.Detail, fmt.Sprintf(
+					"the webhook injected revision %s; the Sidecar's current revision is %s: the operator has not loaded it yet", rec.Revision, current))
 			}
 			return r
 		}
@@ -149,7 +150,8 @@ func judge(name string, c Cluster, a Attempt, records []v1alpha1.InjectionRecord
 		r.Cause = CauseDenied
 	default:
 		r.Cause = CauseUnknown
-		r.Detail = append(r.Detail, "the engine would inject it, but the webhook did not: a failed call let through by failurePolicy Ignore, or an operator that has not loaded the Sidecar yet")
+		r.Detail = append(r.Detail, "the engine would inject it, but the webhook did not: "+
+			"a failed call let through by failurePolicy Ignore, or an operator that has not loaded the Sidecar yet")
 	}
 	return r
 }
@@ -160,8 +162,11 @@ func failure(err error, x inject.Explanation) (cause string, detail []string) {
 	msg := err.Error()
 	lower := strings.ToLower(msg)
 	switch {
-	case strings.Contains(lower, "failed calling webhook") && (strings.Contains(lower, "x509") || strings.Contains(lower, "tls") || strings.Contains(lower, "certificate")):
-		return CauseTLS, []string{"the apiserver could not call the webhook over TLS: check the caBundle of the webhook configuration against the serving certificate", msg}
+	case strings.Contains(lower, "failed calling webhook") &&
+		(strings.Contains(lower, "x509") || strings.Contains(lower, "tls") || strings.Contains(lower, "certificate")):
+		return CauseTLS, []string{
+			"the apiserver could not call the webhook over TLS: check the caBundle of the webhook configuration against the serving certificate", msg,
+		}
 	case strings.Contains(lower, "failed calling webhook"):
 		return CauseConnection, []string{"the apiserver could not reach the webhook: is the operator running, and its Service backed by ready pods?", msg}
 	case x.Verdict == inject.VerdictDenied && slices.ContainsFunc(x.Parameters, func(p inject.ResolvedParameter) bool { return p.Source == inject.Missing }):

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
@@ -83,7 +82,7 @@ func testSidecars() []v1alpha1.Sidecar {
 	picky := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "picky"}}
 	picky.Spec.Containers = container("picky")
 	picky.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "picky"}}
-	picky.Spec.AllowRequestByName = ptr.To(false)
+	picky.Spec.AllowRequestByName = new(false)
 	broken := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "broken"}}
 	broken.Spec.Containers = container("broken")
 	broken.Spec.Parameters = []v1alpha1.Parameter{{Name: "x", Annotation: "a/x"}, {Name: "x", Annotation: "a/y"}}
@@ -283,7 +282,7 @@ func judgeOne(t *testing.T, results []Result, sidecar string) Result {
 func TestTemplate(t *testing.T) {
 	sidecars := testSidecars()
 	gated := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "gated"}}
-	gated.Spec.AllowRequestByName = ptr.To(false)
+	gated.Spec.AllowRequestByName = new(false)
 	gated.Spec.Activation = &v1alpha1.Activation{Annotation: "gated.example.com/on"}
 	sidecars = append(sidecars, gated)
 

@@ -146,7 +146,8 @@ func (p Probe) runWorkload(ctx context.Context, c client.Client, a *Attempt) err
 		return err == nil && deploy.Status.ObservedGeneration > 0, client.IgnoreNotFound(err)
 	})
 	if observed != nil {
-		a.Notes = append(a.Notes, fmt.Sprintf("no controller-manager observed the Deployment within %s: judged its pod template by dry-run instead", p.ControllerWait))
+		a.Notes = append(a.Notes, fmt.Sprintf(
+			"no controller-manager observed the Deployment within %s: judged its pod template by dry-run instead", p.ControllerWait))
 		return nil
 	}
 	var pod *corev1.Pod
@@ -187,7 +188,7 @@ func (p Probe) runWorkload(ctx context.Context, c client.Client, a *Attempt) err
 func (p Probe) cleanUp(ctx context.Context, c client.Client, notes *[]string) {
 	selector := client.MatchingLabels{v1alpha1.LabelVerify: p.Name}
 	in := client.InNamespace(p.Namespace)
-	var errs []error
+	errs := make([]error, 0, 4)
 	for _, obj := range []client.Object{
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}},

@@ -5,8 +5,10 @@
 package fleet
 
 import (
+	"cmp"
 	"iter"
-	"sort"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -249,18 +251,12 @@ func Summarize(pods iter.Seq[*corev1.Pod], sidecars []string, judge *Judge, owne
 		for _, ws := range w.sidecars {
 			out.Sidecars = append(out.Sidecars, *ws)
 		}
-		sort.Slice(out.Sidecars, func(i, j int) bool { return out.Sidecars[i].Name < out.Sidecars[j].Name })
+		slices.SortFunc(out.Sidecars, func(a, b WorkloadSidecar) int { return strings.Compare(a.Name, b.Name) })
 		s.Workloads = append(s.Workloads, out)
 	}
-	sort.Slice(s.Workloads, func(i, j int) bool {
-		a, b := s.Workloads[i].WorkloadRef, s.Workloads[j].WorkloadRef
-		if a.Namespace != b.Namespace {
-			return a.Namespace < b.Namespace
-		}
-		if a.Kind != b.Kind {
-			return a.Kind < b.Kind
-		}
-		return a.Name < b.Name
+	slices.SortFunc(s.Workloads, func(x, y Workload) int {
+		a, b := x.WorkloadRef, y.WorkloadRef
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
 	})
 	return s
 }

@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
@@ -24,7 +23,7 @@ func TestSummarize(t *testing.T) {
 		return map[string]string{v1alpha1.AnnotationStatus: `{"sidecars":[{"name":"logger","revision":"` + revision + `"}]}`}
 	}
 	owned := func(kind, name string) []metav1.OwnerReference {
-		return []metav1.OwnerReference{{Kind: kind, Name: name, Controller: ptr.To(true)}}
+		return []metav1.OwnerReference{{Kind: kind, Name: name, Controller: new(true)}}
 	}
 	pod := func(ns, name string, owners []metav1.OwnerReference, annotations map[string]string, phase corev1.PodPhase) corev1.Pod {
 		return corev1.Pod{
@@ -61,14 +60,14 @@ func TestSummarize(t *testing.T) {
 		t.Fatalf("want 3 workloads (the finished Job pod left out), got %+v", s.Workloads)
 	}
 	for _, w := range s.Workloads {
-		if w.WorkloadRef.String() == "Pod quiet/loose" {
+		if w.String() == "Pod quiet/loose" {
 			if len(w.Sidecars) != 0 {
 				t.Errorf("a pod in an excluded namespace is not missed: %+v", w)
 			}
 			continue
 		}
-		if len(w.Sidecars) != 1 || w.Sidecars[0] != want[w.WorkloadRef.String()] {
-			t.Errorf("%s: got %+v, want %+v", w.WorkloadRef, w.Sidecars, want[w.WorkloadRef.String()])
+		if len(w.Sidecars) != 1 || w.Sidecars[0] != want[w.String()] {
+			t.Errorf("%s: got %+v, want %+v", w.WorkloadRef, w.Sidecars, want[w.String()])
 		}
 	}
 }

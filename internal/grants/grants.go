@@ -35,14 +35,15 @@ type Gate struct {
 	namespaces, live client.Reader
 }
 
-// NewGate judges with keys and engines; excludeNamespaces are those the
-// validating configuration leaves out besides kube-system (the operator's).
-func NewGate(keys webhook.KeySource, engines webhook.EngineSource, namespaces, live client.Reader, excludeNamespaces ...string) (*Gate, error) {
+// NewGate judges with keys and engines, reading namespaces from cached and,
+// on a miss, live; excludeNamespaces are those the validating configuration
+// leaves out besides kube-system (the operator's).
+func NewGate(keys webhook.KeySource, engines webhook.EngineSource, cached, live client.Reader, excludeNamespaces ...string) (*Gate, error) {
 	sel, err := metav1.LabelSelectorAsSelector(webhookconfig.PodValidationNamespaces(excludeNamespaces...))
 	if err != nil {
 		return nil, err
 	}
-	return &Gate{keys: keys, engines: engines, validated: sel, namespaces: namespaces, live: live}, nil
+	return &Gate{keys: keys, engines: engines, validated: sel, namespaces: cached, live: live}, nil
 }
 
 // View is one pass's judge: the keys and engine loaded when it began, so
@@ -102,7 +103,10 @@ func (v *View) Lags(sc *v1alpha1.Sidecar) bool {
 		return err == nil // one that does not compile is never loaded
 	}
 	uid, _ := v.Engine.UID(sc.Name)
-	return rev != inject.Revision(&sc.Spec) || uid != string(sc.UID)
+	gen, _ := v.Engine.Generation(sc.Name)
+	// The generation too: the revision leaves out what only grants change
+	// (rbac, and with it whether pods may request the Sidecar by name).
+	return rev != inject.Revision(&sc.Spec) || uid != string(sc.UID) || gen != sc.Generation
 }
 
 // validates reports whether pods of the namespace are validated.

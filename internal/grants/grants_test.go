@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -33,6 +34,10 @@ func TestViewLags(t *testing.T) {
 		{"status only", func(sc *v1alpha1.Sidecar) { sc.Status.InjectedPods = 3 }, false},
 		{"selector changed", func(sc *v1alpha1.Sidecar) { sc.Spec.Selector.MatchLabels["app"] = "y" }, true},
 		{"recreated under the same name", func(sc *v1alpha1.Sidecar) { sc.UID = "uid-2" }, true},
+		{"rbac added, which turns requests by name off but leaves the revision", func(sc *v1alpha1.Sidecar) {
+			sc.Generation++
+			sc.Spec.RBAC = &v1alpha1.SidecarRBAC{Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create"}}}}
+		}, true},
 		{"not compiled yet", func(sc *v1alpha1.Sidecar) { sc.Name = "other" }, true},
 		{"being deleted, so left out", func(sc *v1alpha1.Sidecar) { sc.Name = "other"; now := metav1.Now(); sc.DeletionTimestamp = &now }, false},
 		{"invalid, so never compiled", func(sc *v1alpha1.Sidecar) {

@@ -19,11 +19,14 @@ import (
 // compiledSidecar is a Sidecar prepared once per revision: selectors parsed,
 // templates compiled and every static part already encoded as JSON.
 type compiledSidecar struct {
-	name      string
-	uid       string // metadata.uid; records are signed for it
-	revision  string
-	native    bool
-	onMissing v1alpha1.MissingParametersPolicy
+	name     string
+	uid      string // metadata.uid; records are signed for it
+	revision string
+	// generation is metadata.generation: it moves with every spec change,
+	// including those the revision leaves out (rbac, allowRequestByName).
+	generation int64
+	native     bool
+	onMissing  v1alpha1.MissingParametersPolicy
 
 	byName     bool            // a pod may request it with AnnotationInject
 	selector   labels.Selector // nil: selects no pod by label
@@ -82,6 +85,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 	c := &compiledSidecar{
 		name:       sc.Name,
 		uid:        string(sc.UID),
+		generation: sc.Generation,
 		revision:   Revision(spec),
 		byName:     spec.RequestByNameAllowed(),
 		native:     spec.NativeSidecar,

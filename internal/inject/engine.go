@@ -335,6 +335,14 @@ func (e *Engine) UID(name string) (string, bool) {
 	return "", false
 }
 
+// Generation returns the metadata.generation of the Sidecar as compiled.
+func (e *Engine) Generation(name string) (int64, bool) {
+	if c := e.byName[name]; c != nil {
+		return c.generation, true
+	}
+	return 0, false
+}
+
 // Selects reports whether the Sidecar, as it is now, applies to the pod: it
 // is opted in in a way the Sidecar allows, in a namespace its
 // namespaceSelector matches. Grants are judged with it, so that a record

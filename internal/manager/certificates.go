@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
@@ -34,14 +33,16 @@ import (
 // The configurations are created if missing (RBAC cannot scope create by
 // name) and updated only by name; --webhook-config-name needs this changed.
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sidecar-operator-system,resources=leases,verbs=get;create;update
 
 // setUpCertificates returns the webhook's TLS configuration and a check that
 // the apiserver trusts what is served, and adds what keeps both current.
 func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls.Config, func(context.Context) error, error) {
 	publish := func(ctx context.Context, c client.Client, caBundle []byte) error {
-		if err := webhookconfig.EnsureMutating(ctx, c, webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)); err != nil {
+		mutating := webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)
+		if err := webhookconfig.EnsureMutating(ctx, c, mutating); err != nil {
 			return err
 		}
 		return webhookconfig.EnsureValidating(ctx, c, webhookconfig.Validating(opts.ValidatingConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace))
@@ -71,7 +72,7 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 		if err := ctrl.NewControllerManagedBy(mgr).
 			Named("certificate-keeper").
 			Watches(&corev1.Secret{}, watch.Constant(secret), builder.WithPredicates(isSecret)).
-			WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
+			WithOptions(controller.Options{NeedLeaderElection: new(false), MaxConcurrentReconciles: 1}).
 			Complete(keeper); err != nil {
 			return nil, nil, err
 		}

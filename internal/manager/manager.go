@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -105,7 +104,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			return errors.New("waiting for the cache")
 		}
 		if ring := keys.Ring(); ring == nil || ring.Empty() {
-			return fmt.Errorf("waiting for a signing key in Secret %s (Opaque, labelled %s=%s; the log says what is wrong)", keySecret, v1alpha1.LabelManagedBy, v1alpha1.ManagedBy)
+			return fmt.Errorf("waiting for a signing key in Secret %s (Opaque, labelled %s=%s; the log says what is wrong)",
+				keySecret, v1alpha1.LabelManagedBy, v1alpha1.ManagedBy)
 		}
 		return published(ctx)
 	}
@@ -132,13 +132,13 @@ func managerOptions(opts Options) ctrl.Options {
 		LeaderElectionID:              "sidecar-operator-leader",
 		LeaderElectionNamespace:       opts.Namespace,
 		LeaderElectionReleaseOnCancel: true,
-		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(opts.SeveralInProcess)},
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: new(opts.SeveralInProcess)},
 		LeaseDuration:                 nonZero(opts.LeaseDuration),
 		RenewDeadline:                 nonZero(opts.RenewDeadline),
 		RetryPeriod:                   nonZero(opts.RetryPeriod),
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Namespace labels are read on the hot path: no copy per read.
-			namespaces.Meta(): {UnsafeDisableDeepCopy: ptr.To(true)},
+			namespaces.Meta(): {UnsafeDisableDeepCopy: new(true)},
 			// Pods are the cost centre: keep only what is read.
 			&corev1.Pod{}: {Transform: podcache.Slim},
 			// Only the objects the operator owns.
@@ -152,7 +152,14 @@ func managerOptions(opts Options) ctrl.Options {
 
 // addFleetControllers adds the controllers that follow the injected pods
 // across the cluster: RBAC, pull secrets and status.
-func addFleetControllers(ctx context.Context, mgr manager.Manager, opts Options, keys webhook.KeySource, engines webhook.EngineSource, keyChanges *signingkey.Changes) error {
+func addFleetControllers(
+	ctx context.Context,
+	mgr manager.Manager,
+	opts Options,
+	keys webhook.KeySource,
+	engines webhook.EngineSource,
+	keyChanges *signingkey.Changes,
+) error {
 	gate, err := grants.NewGate(keys, engines, mgr.GetCache(), mgr.GetAPIReader(), opts.Namespace)
 	if err != nil {
 		return err

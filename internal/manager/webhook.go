@@ -20,7 +20,14 @@ import (
 
 // newWebhookServer serves the mutating and validating webhooks with the
 // engine and keys the controllers keep; the caller sets Ready.
-func newWebhookServer(mgr manager.Manager, opts Options, tlsConfig *tls.Config, engines webhook.EngineSource, keys webhook.KeySource, log logr.Logger) *webhook.Server {
+func newWebhookServer(
+	mgr manager.Manager,
+	opts Options,
+	tlsConfig *tls.Config,
+	engines webhook.EngineSource,
+	keys webhook.KeySource,
+	log logr.Logger,
+) *webhook.Server {
 	cache := mgr.GetCache()
 	nsLabels := func(name string) (map[string]string, bool) { return namespaces.Labels(cache, name) }
 	return &webhook.Server{

@@ -93,8 +93,7 @@ func checkRequest(w http.ResponseWriter, r *http.Request) (ok bool) {
 func readRequest(w http.ResponseWriter, r *http.Request, buf []byte) (body []byte, ok bool) {
 	body, err := readBody(http.MaxBytesReader(w, r.Body, MaxRequestBytes), buf)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			http.Error(w, "request body exceeds the limit", http.StatusRequestEntityTooLarge)
 			return body, false
 		}

@@ -117,7 +117,12 @@ func TestSlowHeadersAreCutOff(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Start(ctx) }()
 	addr := (<-addrc).String()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	}()
 
 	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // test server
 	if err != nil {

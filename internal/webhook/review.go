@@ -78,8 +78,7 @@ func decodePodReview(body []byte, r *podReview) error {
 	}
 	s.End()
 	if err := s.Err(); err != nil {
-		var syntaxErr *jsonscan.SyntaxError
-		if errors.As(err, &syntaxErr) {
+		if _, ok := errors.AsType[*jsonscan.SyntaxError](err); ok {
 			return &badRequest{"request body is not valid JSON: " + err.Error()}
 		}
 		return &badRequest{"request body is not an AdmissionReview for a pod: " + err.Error()}
@@ -99,8 +98,7 @@ func decodePodReview(body []byte, r *podReview) error {
 	}
 	if objectPending {
 		if err := inject.DecodePodView(req.ObjectJSON, &req.Object); err != nil {
-			var typeErr *jsonscan.TypeError
-			if errors.As(err, &typeErr) {
+			if typeErr, ok := errors.AsType[*jsonscan.TypeError](err); ok {
 				typeErr.Path = strings.TrimSuffix("request.object."+typeErr.Path, ".")
 			}
 			return &badRequest{"request body is not an AdmissionReview for a pod: " + err.Error()}

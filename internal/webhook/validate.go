@@ -71,7 +71,8 @@ func (v *Validator) read(w http.ResponseWriter, r *http.Request, want string) (*
 	}
 	switch {
 	case rv.Kind != "AdmissionReview" || (rv.APIVersion != admissionV1 && rv.APIVersion != admissionV1beta1):
-		http.Error(w, fmt.Sprintf("want an AdmissionReview of %s or %s, got kind %q apiVersion %q", admissionV1, admissionV1beta1, rv.Kind, rv.APIVersion), http.StatusBadRequest)
+		http.Error(w, fmt.Sprintf("want an AdmissionReview of %s or %s, got kind %q apiVersion %q",
+			admissionV1, admissionV1beta1, rv.Kind, rv.APIVersion), http.StatusBadRequest)
 	case rv.Request == nil || rv.Request.UID == "":
 		http.Error(w, "AdmissionReview has no request uid", http.StatusBadRequest)
 	case rv.Request.Kind.Kind != want:

@@ -23,7 +23,8 @@ import (
 // The configurations are created if missing (RBAC cannot scope create by
 // name) and updated only by name; --webhook-config-name needs this changed.
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sidecar-operator-system,resources=leases,verbs=get;create;update
 
 // DefaultName names both configurations.
@@ -44,10 +45,16 @@ type Target struct {
 }
 
 // Mutating is the desired configuration for pod injection.
-func Mutating(name string, target Target, caBundle []byte, failurePolicy admissionv1.FailurePolicyType, excludeNamespaces ...string) *admissionv1.MutatingWebhookConfiguration {
+func Mutating(
+	name string,
+	target Target,
+	caBundle []byte,
+	failurePolicy admissionv1.FailurePolicyType,
+	excludeNamespaces ...string,
+) *admissionv1.MutatingWebhookConfiguration {
 	cc := admissionv1.WebhookClientConfig{CABundle: caBundle}
 	if target.URL != "" {
-		cc.URL = ptr.To(target.URL + webhook.PathMutatePods)
+		cc.URL = new(target.URL + webhook.PathMutatePods)
 	} else {
 		cc.Service = &admissionv1.ServiceReference{
 			Namespace: target.ServiceNamespace, Name: target.ServiceName,
@@ -62,7 +69,7 @@ func Mutating(name string, target Target, caBundle []byte, failurePolicy admissi
 			ClientConfig:            cc,
 			AdmissionReviewVersions: []string{"v1", "v1beta1"},
 			SideEffects:             ptr.To(admissionv1.SideEffectClassNone),
-			FailurePolicy:           ptr.To(failurePolicy),
+			FailurePolicy:           new(failurePolicy),
 			MatchPolicy:             ptr.To(admissionv1.Equivalent),
 			ReinvocationPolicy:      ptr.To(admissionv1.IfNeededReinvocationPolicy),
 			TimeoutSeconds:          ptr.To[int32](10),
@@ -90,20 +97,26 @@ func Mutating(name string, target Target, caBundle []byte, failurePolicy admissi
 // Validating is the desired configuration for judging
 // Sidecars and injection records. Pods are sent only when they carry, or
 // carried, an injection record.
-func Validating(name string, target Target, caBundle []byte, failurePolicy admissionv1.FailurePolicyType, excludeNamespaces ...string) *admissionv1.ValidatingWebhookConfiguration {
+func Validating(
+	name string,
+	target Target,
+	caBundle []byte,
+	failurePolicy admissionv1.FailurePolicyType,
+	excludeNamespaces ...string,
+) *admissionv1.ValidatingWebhookConfiguration {
 	clientConfig := func(path string) admissionv1.WebhookClientConfig {
 		cc := admissionv1.WebhookClientConfig{CABundle: caBundle}
 		if target.URL != "" {
-			cc.URL = ptr.To(target.URL + path)
+			cc.URL = new(target.URL + path)
 		} else {
-			cc.Service = &admissionv1.ServiceReference{Namespace: target.ServiceNamespace, Name: target.ServiceName, Path: ptr.To(path), Port: ptr.To[int32](443)}
+			cc.Service = &admissionv1.ServiceReference{Namespace: target.ServiceNamespace, Name: target.ServiceName, Path: new(path), Port: ptr.To[int32](443)}
 		}
 		return cc
 	}
 	common := admissionv1.ValidatingWebhook{
 		AdmissionReviewVersions: []string{"v1", "v1beta1"},
 		SideEffects:             ptr.To(admissionv1.SideEffectClassNone),
-		FailurePolicy:           ptr.To(failurePolicy),
+		FailurePolicy:           new(failurePolicy),
 		MatchPolicy:             ptr.To(admissionv1.Equivalent),
 		TimeoutSeconds:          ptr.To[int32](10),
 		// The apiserver's defaults, so that the stored object equals this one.
@@ -117,7 +130,10 @@ func Validating(name string, target Target, caBundle []byte, failurePolicy admis
 	sidecars.FailurePolicy = ptr.To(admissionv1.Fail)
 	sidecars.Rules = []admissionv1.RuleWithOperations{{
 		Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
-		Rule:       admissionv1.Rule{APIGroups: []string{"sidecar-operator.io"}, APIVersions: []string{"v1alpha1"}, Resources: []string{"sidecars"}, Scope: ptr.To(admissionv1.ClusterScope)},
+		Rule: admissionv1.Rule{
+			APIGroups: []string{"sidecar-operator.io"}, APIVersions: []string{"v1alpha1"}, Resources: []string{"sidecars"},
+			Scope: ptr.To(admissionv1.ClusterScope),
+		},
 	}}
 	pods.Name = "pods.sidecar-operator.io"
 	pods.ClientConfig = clientConfig(webhook.PathValidatePods)
@@ -216,7 +232,8 @@ func Serves(c *admissionv1.MutatingWebhookConfiguration, namespace string, nsLab
 			return false, fmt.Sprintf("webhook %s has an invalid namespaceSelector: %v", w.Name, err)
 		}
 		if !sel.Matches(labels.Set(nsLabels)) {
-			return false, fmt.Sprintf("webhook %s excludes namespace %s: its namespaceSelector %s does not match the namespace's labels %s (kube-system, the operator's namespace and namespaces labelled %s=disabled are excluded)",
+			return false, fmt.Sprintf("webhook %s excludes namespace %s: its namespaceSelector %s does not match the namespace's labels %s "+
+				"(kube-system, the operator's namespace and namespaces labelled %s=disabled are excluded)",
 				w.Name, namespace, sel, labels.Set(nsLabels), v1alpha1.LabelWebhook)
 		}
 	}

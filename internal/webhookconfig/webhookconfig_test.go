@@ -1,6 +1,7 @@
 package webhookconfig
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -25,9 +26,7 @@ func TestServes(t *testing.T) {
 		{"sidecar-operator-system", nil, false},
 	} {
 		labels := map[string]string{corev1.LabelMetadataName: tc.namespace}
-		for k, v := range tc.labels {
-			labels[k] = v
-		}
+		maps.Copy(labels, tc.labels)
 		served, why := Serves(c, tc.namespace, labels)
 		if served != tc.serves || served != (why == "") {
 			t.Errorf("%s %v: Serves = %v %q, want %v", tc.namespace, tc.labels, served, why, tc.serves)

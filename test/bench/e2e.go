@@ -128,7 +128,8 @@ func runE2E(args []string) error {
 			return err
 		}
 		if addr, ok := addrs[name]; ok {
-			if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, webhookFor(name, addr, caPEM), metav1.CreateOptions{}); err != nil {
+			webhooks := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+			if _, err := webhooks.Create(ctx, webhookFor(name, addr, caPEM), metav1.CreateOptions{}); err != nil {
 				return err
 			}
 		}
@@ -221,12 +222,16 @@ func round(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond
 
 func webhookFor(name, addr string, caPEM []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
 	url := "https://" + addr + webhook.PathMutatePods
+	rules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+	}}
 	return &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench-" + name, Labels: map[string]string{e2eLabel: name}},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:                    name + ".bench.sidecar-operator.io",
 			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+			Rules:                   rules,
 			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{e2eLabel: name}},
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			AdmissionReviewVersions: []string{"v1"},

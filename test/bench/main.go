@@ -105,10 +105,10 @@ func serveNull(args []string) error {
 // apiserver sends, so that the null server does next to no work.
 func nullAnswer(body []byte, patch string) []byte {
 	uid := []byte("null")
-	if at := bytes.Index(body, []byte(`"uid":"`)); at >= 0 {
-		rest := body[at+7:]
-		if end := bytes.IndexByte(rest, '"'); end >= 0 {
-			uid = rest[:end]
+	if _, after, ok := bytes.Cut(body, []byte(`"uid":"`)); ok {
+		rest := after
+		if before, _, ok := bytes.Cut(rest, []byte{'"'}); ok {
+			uid = before
 		}
 	}
 	answer := append([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"`), uid...)
@@ -257,7 +257,8 @@ type loadFunc func(ctx context.Context, url, bodyFile string, body []byte, o opt
 // wrkLoad runs wrk with one thread, as the reference figures were taken.
 func wrkLoad(ctx context.Context, url, bodyFile string, _ []byte, o options) (loadResult, error) {
 	script := bodyFile + ".lua"
-	lua := fmt.Sprintf("wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nlocal f = io.open(%q, \"rb\")\nwrk.body = f:read(\"*a\")\nf:close()\n", bodyFile)
+	lua := fmt.Sprintf("wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"+
+		"local f = io.open(%q, \"rb\")\nwrk.body = f:read(\"*a\")\nf:close()\n", bodyFile)
 	if err := os.WriteFile(script, []byte(lua), 0o600); err != nil {
 		return loadResult{}, err
 	}

@@ -129,7 +129,8 @@ func runOperator(args []string) error {
 			return err
 		}
 	}
-	fmt.Printf("operator converged in %s: %d RoleBindings, status %d/%d pods injected\n", converged.Round(100*time.Millisecond), wantBindings, agent.Status.InjectedPods, *pods)
+	fmt.Printf("operator converged in %s: %d RoleBindings, status %d/%d pods injected\n",
+		converged.Round(100*time.Millisecond), wantBindings, agent.Status.InjectedPods, *pods)
 	fmt.Printf("peak RSS %d MiB; write requests sent: %s\n", rss>>20, m.writes())
 	if *churnRate == 0 {
 		return nil
@@ -140,7 +141,17 @@ func runOperator(args []string) error {
 // churn creates and deletes rate pods a second for d, with the operator
 // running, and reports what that cost it: API writes per 1,000 pod events,
 // engine builds and status writes of the Sidecar.
-func churn(ctx context.Context, k8s client.WithWatch, engine *inject.Engine, ring *signing.Ring, agent *v1alpha1.Sidecar, metricsAddr string, rate int, d time.Duration, pods, namespaces int) error {
+func churn(
+	ctx context.Context,
+	k8s client.WithWatch,
+	engine *inject.Engine,
+	ring *signing.Ring,
+	agent *v1alpha1.Sidecar,
+	metricsAddr string,
+	rate int,
+	d time.Duration,
+	pods, namespaces int,
+) error {
 	before, err := scrape(metricsAddr)
 	if err != nil {
 		return err
@@ -205,8 +216,10 @@ func churn(ctx context.Context, k8s client.WithWatch, engine *inject.Engine, rin
 	}
 	writes := after.total() - before.total()
 	fmt.Printf("churn: %d pod events (creates and deletes) in %s\n", events.Load(), elapsed.Round(time.Second))
-	fmt.Printf("churn: %.0f write requests (%.1f per 1,000 pod events; the leader lease renews every 2s), %.0f engine builds, %d status writes of the Sidecar (%.2f/s)\n",
-		writes, writes*1000/float64(events.Load()), after["engine_builds"]-before["engine_builds"], statusWrites.Load(), float64(statusWrites.Load())/elapsed.Seconds())
+	fmt.Printf("churn: %.0f write requests (%.1f per 1,000 pod events; the leader lease renews every 2s), "+
+		"%.0f engine builds, %d status writes of the Sidecar (%.2f/s)\n",
+		writes, writes*1000/float64(events.Load()), after["engine_builds"]-before["engine_builds"],
+		statusWrites.Load(), float64(statusWrites.Load())/elapsed.Seconds())
 	return nil
 }
 

@@ -86,12 +86,12 @@ func register(t *testing.T, name, url string, caBundle []byte, policy admissionv
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionv1.MutatingWebhook{{
 			Name:                    name + ".scenario.sidecar-operator.io",
-			ClientConfig:            admissionv1.WebhookClientConfig{URL: ptr.To(url + "/"), CABundle: caBundle},
+			ClientConfig:            admissionv1.WebhookClientConfig{URL: new(url + "/"), CABundle: caBundle},
 			AdmissionReviewVersions: []string{"v1"},
 			SideEffects:             ptr.To(admissionv1.SideEffectClassNone),
-			FailurePolicy:           ptr.To(policy),
-			TimeoutSeconds:          ptr.To(timeout),
-			ReinvocationPolicy:      ptr.To(reinvoke),
+			FailurePolicy:           new(policy),
+			TimeoutSeconds:          new(timeout),
+			ReinvocationPolicy:      new(reinvoke),
 			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"scenario": name}},
 			Rules: []admissionv1.RuleWithOperations{{
 				Operations: []admissionv1.OperationType{admissionv1.Create},

@@ -128,7 +128,7 @@ func exampleSidecars(t *testing.T) map[string]*v1alpha1.Sidecar {
 }
 
 func containerNames(cs []corev1.Container) []string {
-	var out []string
+	out := make([]string, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, c.Name)
 	}

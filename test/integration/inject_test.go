@@ -85,7 +85,7 @@ func TestExamplesInjectIntoStoredPod(t *testing.T) {
 		"fluentd@" + inject.Revision(&examples["fluentd"].Spec) + " [fluentd]",
 		"xxl-agent@" + inject.Revision(&stored1.Spec) + " [xxl-agent]",
 	}
-	var got []string
+	got := make([]string, 0, len(status.Sidecars))
 	for _, r := range status.Sidecars {
 		got = append(got, fmt.Sprintf("%s@%s %v", r.Name, r.Revision, r.Containers))
 	}

@@ -29,14 +29,14 @@ var execRules = []rbacv1.PolicyRule{
 
 // agentSidecar is seed 000's xxl-job agent reduced to what RBAC needs: it
 // selects pods labelled app=<name> and needs pods/exec where they run.
-func agentSidecar(rbac *v1alpha1.SidecarRBAC) *v1alpha1.Sidecar {
+func agentSidecar(rules *v1alpha1.SidecarRBAC) *v1alpha1.Sidecar {
 	name := "agent-" + rand.String(6)
 	return &v1alpha1.Sidecar{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.SidecarSpec{
 			Containers: []corev1.Container{{Name: name, Image: "registry.example.com/xxl-agent:1.4.0"}},
 			Selector:   &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			RBAC:       rbac,
+			RBAC:       rules,
 		},
 	}
 }
@@ -55,7 +55,7 @@ func createPod(t *testing.T, sc *v1alpha1.Sidecar, namespace, serviceAccount str
 }
 
 func subjectNames(subjects []rbacv1.Subject) []string {
-	var out []string
+	out := make([]string, 0, len(subjects))
 	for _, s := range subjects {
 		out = append(out, s.Namespace+"/"+s.Name)
 	}

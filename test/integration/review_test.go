@@ -15,7 +15,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -368,7 +367,7 @@ func TestReviewDeletedSigningKeyRevokesGrants(t *testing.T) {
 		{name: "the Secret deleted", take: deleteSecret},
 		{
 			name:    "emptied and made immutable, so no key can be added",
-			take:    update(func(s *corev1.Secret) { s.Data, s.Immutable = nil, ptr.To(true) }),
+			take:    update(func(s *corev1.Secret) { s.Data, s.Immutable = nil, new(true) }),
 			restore: deleteSecret,
 		},
 		{

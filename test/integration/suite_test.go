@@ -100,9 +100,7 @@ func run(m *testing.M) int {
 	adminURL = "https://" + adminAddr
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		err := manager.Run(ctx, cfg, manager.Options{
 			WebhookAddr:       addr,
 			WebhookHosts:      []string{"127.0.0.1"},
@@ -123,7 +121,7 @@ func run(m *testing.M) int {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "operator stopped:", err)
 		}
-	}()
+	})
 	defer func() { cancel(); wg.Wait() }()
 	if err := waitReady(webhookURL, 60*time.Second); err != nil {
 		fmt.Fprintln(os.Stderr, err)

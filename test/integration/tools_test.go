@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,17 +202,15 @@ func TestExplain(t *testing.T) {
 func deployment(ns, name string, replicas int32, labels map[string]string) *appsv1.Deployment {
 	selector := map[string]string{"app": name}
 	podLabels := map[string]string{"app": name}
-	for k, v := range labels {
-		podLabels[k] = v
-	}
+	maps.Copy(podLabels, labels)
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
+			Replicas: new(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
 			// Without a kubelet no pod becomes available; the controller
 			// may replace old pods only if it may leave them all unavailable.
-			Strategy: appsv1.DeploymentStrategy{RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: ptr.To(intstr.FromString("100%"))}},
+			Strategy: appsv1.DeploymentStrategy{RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: new(intstr.FromString("100%"))}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "registry.k8s.io/pause:3.10"}}},
@@ -234,7 +233,7 @@ func statusJSON(t *testing.T, ns string) map[string]fleet.Workload {
 	}
 	byName := map[string]fleet.Workload{}
 	for _, w := range status.Workloads {
-		byName[w.WorkloadRef.String()] = w
+		byName[w.String()] = w
 	}
 	return byName
 }

@@ -260,7 +260,7 @@ func injectedWith(pod *corev1.Pod, sidecar string) bool {
 // barrier creates, as the admin, a pod the Sidecar selects in a fresh
 // namespace (labelled nsLabels, for a Sidecar scoped by them) and waits for
 // its grant: the RBAC controller has then handled everything created before.
-func barrier(t *testing.T, sc *v1alpha1.Sidecar, nsLabels map[string]string) string {
+func barrier(t *testing.T, sc *v1alpha1.Sidecar, nsLabels map[string]string) {
 	t.Helper()
 	other := createNamespace(t, nsLabels)
 	pod := createPod(t, sc, other, "")
@@ -268,7 +268,6 @@ func barrier(t *testing.T, sc *v1alpha1.Sidecar, nsLabels map[string]string) str
 		t.Fatalf("barrier: the admin's selected pod was not injected with %s: %v", sc.Name, pod.Annotations)
 	}
 	waitBinding(t, sc, other, other+"/default")
-	return other
 }
 
 // assertNoGrant checks that the ServiceAccount "default" of namespace got

@@ -23,6 +23,13 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
+const (
+	// appLabel is the key of the label app=x that the Sidecar selects pods by.
+	appLabel = "app"
+	// podNamespace is the namespace of the Fleet's pod.
+	podNamespace = "app"
+)
+
 // Fleet is a Sidecar, the webhook's keys and engine, and a pod it
 // injected and signed in namespace "app".
 type Fleet struct {
@@ -39,7 +46,7 @@ func NewFleet(t *testing.T, change func(*v1alpha1.Sidecar)) *Fleet {
 		ObjectMeta: metav1.ObjectMeta{Name: "agent", UID: "uid-1"},
 		Spec: v1alpha1.SidecarSpec{
 			Containers: []corev1.Container{{Name: "agent", Image: "registry.example.com/agent:1"}},
-			Selector:   &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
+			Selector:   &metav1.LabelSelector{MatchLabels: map[string]string{appLabel: "x"}},
 		},
 	}
 	change(sc)
@@ -54,7 +61,7 @@ func NewFleet(t *testing.T, change func(*v1alpha1.Sidecar)) *Fleet {
 	f := &Fleet{Sidecar: sc, Keys: &webhook.SwappableRing{}, Engines: &webhook.SwappableEngine{}}
 	f.Keys.Store(ring)
 	f.Engines.Store(engine)
-	f.Pod = f.InjectedPod(t, "app", "p", "")
+	f.Pod = f.InjectedPod(t, podNamespace, "p", "")
 	return f
 }
 
@@ -63,7 +70,7 @@ func NewFleet(t *testing.T, change func(*v1alpha1.Sidecar)) *Fleet {
 func (f *Fleet) InjectedPod(t *testing.T, namespace, name, serviceAccount string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: types.UID("uid-" + namespace + "-" + name), Labels: map[string]string{"app": "x"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: types.UID("uid-" + namespace + "-" + name), Labels: map[string]string{appLabel: "x"}},
 		Spec:       corev1.PodSpec{ServiceAccountName: serviceAccount, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}

@@ -69,7 +69,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.C
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pullsecrets").
 		Watches(&v1alpha1.Sidecar{}, all, builder.WithPredicates(watch.SidecarChanged())).
-		Watches(&corev1.Pod{}, all, builder.WithPredicates(watch.InjectionChanged())).
+		Watches(&corev1.Pod{}, all, builder.WithPredicates(watch.JudgementChanged())).
 		Watches(namespaces.Meta(), all, builder.WithPredicates(watch.NamespaceGrantsChanged())).
 		Watches(&corev1.Secret{}, all).
 		WatchesRawSource(keyChanges.Source(all)).

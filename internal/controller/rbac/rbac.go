@@ -81,7 +81,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.C
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("rbac").
 		For(&v1alpha1.Sidecar{}, builder.WithPredicates(watch.SidecarChanged())).
-		Watches(&corev1.Pod{}, watch.PodToSidecars(), builder.WithPredicates(watch.InjectionChanged())).
+		Watches(&corev1.Pod{}, watch.PodToSidecars(), builder.WithPredicates(watch.JudgementChanged())).
 		// A namespace whose labels change may gain or lose pod validation,
 		// and with it every grant there; a change of signing keys may revoke records.
 		Watches(namespaces.Meta(), everySidecar, builder.WithPredicates(watch.NamespaceGrantsChanged())).
@@ -245,7 +245,7 @@ func (r *Reconciler) sync(ctx context.Context, view *grants.View, sc *v1alpha1.S
 	} else {
 		errs = append(errs, r.deleteOwned(ctx, sc.Name, clusterBinding), r.deleteOwned(ctx, sc.Name, clusterRole))
 	}
-	return firstConflictOrJoin(errs)
+	return r.firstConflictOrJoin(errs)
 }
 
 func subjects(namespace string, accounts map[string]bool) []rbacv1.Subject {
@@ -269,7 +269,7 @@ func (r *Reconciler) applyClusterRole(ctx context.Context, sidecar, name string,
 }
 
 func (r *Reconciler) applyRoleBinding(ctx context.Context, sidecar, namespace string, subs []rbacv1.Subject) error {
-	roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RoleName(sidecar)}
+	roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kindClusterRole, Name: RoleName(sidecar)}
 	want := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: RoleName(sidecar), Namespace: namespace, Labels: ownedLabels(sidecar)},
 		RoleRef:    roleRef,
@@ -288,7 +288,7 @@ func (r *Reconciler) applyRoleBinding(ctx context.Context, sidecar, namespace st
 func (r *Reconciler) applyClusterRoleBinding(ctx context.Context, sidecar string, subs []rbacv1.Subject) error {
 	want := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName(sidecar), Labels: ownedLabels(sidecar)},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ClusterRoleName(sidecar)},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kindClusterRole, Name: ClusterRoleName(sidecar)},
 		Subjects:   subs,
 	}
 	return r.apply(ctx, sidecar, want, &rbacv1.ClusterRoleBinding{}, func(have client.Object) bool {
@@ -326,10 +326,30 @@ func (r *Reconciler) apply(ctx context.Context, sidecar string, want, have clien
 	if !owned(have, sidecar) {
 		return &conflictError{kind: kind, name: key.String()}
 	}
+	if roleRef(have) != roleRef(want) {
+		// A binding labelled as the operator's but bound to another role:
+		// roleRef is immutable, so it is made again.
+		r.Log.Info("replacing a binding whose roleRef is not the Sidecar's", "kind", kind, "name", key.String(), "roleRef", roleRef(have).Name)
+		if err := r.Client.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		return r.Client.Create(ctx, want)
+	}
 	if !mutate(have) {
 		return nil
 	}
 	return r.Client.Update(ctx, have)
+}
+
+// roleRef is a binding's roleRef; zero for a role.
+func roleRef(obj client.Object) rbacv1.RoleRef {
+	switch b := obj.(type) {
+	case *rbacv1.RoleBinding:
+		return b.RoleRef
+	case *rbacv1.ClusterRoleBinding:
+		return b.RoleRef
+	}
+	return rbacv1.RoleRef{}
 }
 
 // deleteOwned deletes obj if it exists and the operator owns it for sidecar.
@@ -364,10 +384,13 @@ func (r *Reconciler) removeAll(ctx context.Context, sidecar string) error {
 	return errors.Join(errs...)
 }
 
+// kindClusterRole is the kind of a ClusterRole, as RoleRefs name it.
+const kindClusterRole = "ClusterRole"
+
 func kindOf(obj client.Object) string {
 	switch obj.(type) {
 	case *rbacv1.ClusterRole:
-		return "ClusterRole"
+		return kindClusterRole
 	case *rbacv1.ClusterRoleBinding:
 		return "ClusterRoleBinding"
 	case *rbacv1.RoleBinding:
@@ -378,11 +401,15 @@ func kindOf(obj client.Object) string {
 
 // firstConflictOrJoin reports a name conflict as such, so that it becomes a
 // condition rather than a retry loop; other errors are joined.
-func firstConflictOrJoin(errs []error) error {
+func (r *Reconciler) firstConflictOrJoin(errs []error) error {
 	if i := slices.IndexFunc(errs, func(err error) bool {
 		var c *conflictError
 		return errors.As(err, &c)
 	}); i >= 0 {
+		// The others are not lost: logged, and retried with the conflict.
+		if others := errors.Join(slices.Delete(slices.Clone(errs), i, i+1)...); others != nil {
+			r.Log.Error(others, "besides the name conflict")
+		}
 		return errs[i]
 	}
 	return errors.Join(errs...)

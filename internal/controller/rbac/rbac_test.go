@@ -89,6 +89,17 @@ func TestSubjects(t *testing.T) {
 			wantReason: "NameConflict",
 		},
 		{
+			name: "a binding labelled as the operator's but bound to another role is made again",
+			pods: [][3]string{{"app", "a", "web"}},
+			have: []client.Object{func() client.Object {
+				b := ownedBinding("app", subject("app", "web"))
+				b.RoleRef.Name = "cluster-admin"
+				return b
+			}()},
+			want:       map[string][]rbacv1.Subject{"app": {subject("app", "web")}},
+			wantReason: "Granted",
+		},
+		{
 			name:        "cluster rules: one ClusterRoleBinding across namespaces",
 			pods:        [][3]string{{"app", "a", "web"}, {"ops", "d", "agent"}},
 			clusterWide: true,
@@ -136,6 +147,8 @@ func TestSubjects(t *testing.T) {
 					t.Errorf("namespace %s: %v, want subjects %v", ns, err, want)
 				case want != nil && !slices.Equal(rb.Subjects, want):
 					t.Errorf("namespace %s: subjects %v, want %v", ns, rb.Subjects, want)
+				case want != nil && tc.wantReason == "Granted" && rb.RoleRef.Name != RoleName("agent"):
+					t.Errorf("namespace %s: bound to %s, want %s", ns, rb.RoleRef.Name, RoleName("agent"))
 				}
 			}
 			var crb rbacv1.ClusterRoleBinding

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,7 +85,7 @@ func (k *Keeper) SetupWithManager(mgr ctrl.Manager) error {
 			q.Add(reconcile.Request{NamespacedName: k.secret}) // the first pass creates the Secret
 			return nil
 		})).
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), MaxConcurrentReconciles: 1}).
+		WithOptions(controller.Options{NeedLeaderElection: new(false), MaxConcurrentReconciles: 1}).
 		Complete(k)
 }
 
@@ -233,7 +232,8 @@ func (k *Keeper) createOrAdopt(ctx context.Context) (ctrl.Result, error) {
 		s.Labels = map[string]string{}
 	}
 	s.Labels[v1alpha1.LabelManagedBy] = v1alpha1.ManagedBy
-	k.log.Info("labelling the signing key Secret so that the operator watches it", "secret", k.secret.String(), "label", v1alpha1.LabelManagedBy+"="+v1alpha1.ManagedBy)
+	k.log.Info("labelling the signing key Secret so that the operator watches it",
+		"secret", k.secret.String(), "label", v1alpha1.LabelManagedBy+"="+v1alpha1.ManagedBy)
 	return ctrl.Result{}, k.client.Update(ctx, &s) // its watch event brings it here
 }
 

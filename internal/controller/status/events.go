@@ -63,11 +63,31 @@ func (e *podEvents) tell(ctx context.Context, key string, regarding, related *co
 		Type:                eventType,
 	}
 	err := e.client.Create(ctx, ev)
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if apierrors.IsAlreadyExists(err) {
+		err = e.toldBefore(ctx, ev)
+	}
+	if err != nil {
 		return true, err
 	}
 	e.told[key] = true
 	return true, nil
+}
+
+// toldBefore checks that the Event of ev's name is the one ev would be, as
+// a former leader made it; one that anyone else took the name for (who may
+// create Events in the namespace, to silence a warning) does not count, and
+// ev is recorded under a generated name.
+func (e *podEvents) toldBefore(ctx context.Context, ev *eventsv1.Event) error {
+	var have eventsv1.Event
+	if err := e.client.Get(ctx, client.ObjectKeyFromObject(ev), &have); err != nil {
+		return err
+	}
+	if have.ReportingController == ev.ReportingController && have.Type == ev.Type && have.Reason == ev.Reason &&
+		have.Regarding == ev.Regarding && have.Note == ev.Note {
+		return nil
+	}
+	ev.GenerateName, ev.Name = ev.Name+"-", ""
+	return e.client.Create(ctx, ev)
 }
 
 // keep forgets every key not in seen: pods gone or fixed.

@@ -10,7 +10,8 @@ import (
 // sidecarPods is the status of each Sidecar as metrics.
 var sidecarPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "sidecar_operator_sidecar_pods",
-	Help: "Pods per Sidecar by state: matched, injected, outdated (an older revision), missed (matched, not injected) and unverified (a record the operator cannot verify, so no grant).",
+	Help: "Pods per Sidecar by state: matched, injected, outdated (an older revision), missed (matched, not injected) " +
+		"and unverified (a record the operator cannot verify, so no grant).",
 }, []string{"sidecar", "state"})
 
 func init() {

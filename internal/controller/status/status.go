@@ -36,7 +36,8 @@ import (
 )
 
 // +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;update;patch
+// Events are read back by name: see podEvents.toldBefore.
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=get;create;update;patch
 
 // Event reasons.
 const (
@@ -207,7 +208,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, engine *inject.Engine, sc 
 		UnverifiedPods: c.Unverified,
 		Namespaces:     int32(c.Namespaces.Len()),
 	}
-	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Injecting", Message: "the webhook injects this revision", ObservedGeneration: sc.Generation}
+	ready := metav1.Condition{
+		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Injecting", Message: "the webhook injects this revision",
+		ObservedGeneration: sc.Generation,
+	}
 	if _, ok := engine.Revision(sc.Name); !ok {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Invalid", compileError(sc)
 	}
@@ -280,7 +284,8 @@ func (r *Reconciler) reportMissed(ctx context.Context, key string, pod *corev1.P
 		remedy = fmt.Sprintf("restart %s %s (for a Deployment: kubectl rollout restart)", owner.Kind, owner.Name)
 	}
 	told, err := r.events.tell(ctx, key, regarding, related, corev1.EventTypeWarning, ReasonInjectionMissed, "Inject",
-		fmt.Sprintf("pod %s matches sidecar %q but was not injected, for example because it was created while the webhook was unavailable or before the Sidecar existed; %s",
+		fmt.Sprintf("pod %s matches sidecar %q but was not injected, "+
+			"for example because it was created while the webhook was unavailable or before the Sidecar existed; %s",
 			podRef(pod), sidecar, remedy))
 	if told && err == nil {
 		r.Log.Info("missed injection", "pod", podRef(pod), "sidecar", sidecar)

@@ -10,7 +10,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -77,7 +76,7 @@ func TestStatusCounts(t *testing.T) {
 			counts{matched: 1, injected: 1, outdated: 1, namespaces: 1}, nil},
 		{"missed, told on its controller", func(t *testing.T) []client.Object {
 			p := plainPod("app", "m")
-			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "rs-uid", Controller: ptr.To(true)}}
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "rs-uid", Controller: new(true)}}
 			return []client.Object{p}
 		}, counts{matched: 1, missed: 1}, map[string]string{ReasonInjectionMissed: "ReplicaSet"}},
 		{"unverified: the injected container changed", func(t *testing.T) []client.Object {
@@ -152,7 +151,8 @@ func TestMissedToldOnceAcrossLeaders(t *testing.T) {
 // another pod event.
 func TestMissedEventsRateLimited(t *testing.T) {
 	f := controllertest.NewFleet(t, func(*v1alpha1.Sidecar) {})
-	objs := []client.Object{f.Sidecar, controllertest.Namespace("app")}
+	objs := make([]client.Object, 0, 2+3*eventsBurst)
+	objs = append(objs, f.Sidecar, controllertest.Namespace("app"))
 	for i := range 3 * eventsBurst {
 		objs = append(objs, plainPod("app", "m"+string(rune('a'+i/26))+string(rune('a'+i%26))))
 	}

@@ -35,11 +35,11 @@ func SidecarChanged() predicate.Predicate {
 	}
 }
 
-// InjectionChanged passes pod events that can change a Sidecar's grants:
-// the injection record, the ServiceAccount (immutable, so only on create),
-// an image (the one field a record's digest covers that a pod update may
-// change; with the webhook down under failurePolicy Ignore it may) or the
-// phase ending.
+// InjectionChanged passes pod events that change what a record verifies
+// against: the injection record, the ServiceAccount (immutable, so only on
+// create), an image (the one field a record's digest covers that a pod
+// update may change; with the webhook down under failurePolicy Ignore it
+// may) or the phase ending.
 func InjectionChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -52,10 +52,11 @@ func InjectionChanged() predicate.Predicate {
 	}
 }
 
-// JudgementChanged passes pod events that can change how fleet.Judge sees
-// a pod: what changes its grants (InjectionChanged), and what selects it
-// (labels, annotations), its owner or its deletion. A running pod's status
-// churn (conditions, IPs, restarts) does not.
+// JudgementChanged passes pod events that can change a pod's grants or how
+// fleet.Judge sees it: what its record verifies against (InjectionChanged),
+// what selects it (labels, annotations: a pod that leaves a Sidecar's
+// selection loses its grants), its owner or its deletion. A running pod's
+// status churn (conditions, IPs, restarts) does not.
 func JudgementChanged() predicate.Predicate {
 	return predicate.Or(InjectionChanged(), predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
