@@ -5,14 +5,20 @@ package podcache
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
-	"maps"
+	"runtime"
+	"sync"
+	"unique"
+	"unsafe"
+	"weak"
 
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
@@ -95,33 +101,56 @@ func InjectedSidecarNames(obj client.Object) []string {
 // keeps what the engine and the controllers read (metadata, the service
 // account, container names and mounts, volumes and the phase), and of the
 // injected containers what their records' digests cover, and drops the
-// rest, which is most of a pod.
+// rest, which is most of a pod. It slims the pod in place, as client-go
+// allows: the informer's initial watch list transforms each pod twice, once
+// into its temporary store and again on Replace, and a copy would hold two
+// slim caches at once.
 func Slim(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil // a tombstone
 	}
-	slim := &corev1.Pod{TypeMeta: pod.TypeMeta}
-	slim.ObjectMeta = pod.ObjectMeta
-	slim.ManagedFields = nil
-	if _, ok := slim.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
-		slim.Annotations = maps.Clone(slim.Annotations)
-		delete(slim.Annotations, corev1.LastAppliedConfigAnnotation)
-	}
-	slim.Spec.ServiceAccountName = pod.Spec.ServiceAccountName
+	pod.ManagedFields = nil
+	delete(pod.Annotations, corev1.LastAppliedConfigAnnotation)
 	injected := map[string]bool{}
 	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
 		for _, name := range rec.Containers {
 			injected[name] = true
 		}
 	}
-	slim.Spec.Containers = slimContainers(pod.Spec.Containers, injected)
-	slim.Spec.InitContainers = slimContainers(pod.Spec.InitContainers, injected)
-	slim.Spec.Volumes = pod.Spec.Volumes
-	slim.Status.Phase = pod.Status.Phase
-	return slim, nil
+	pod.Spec = corev1.PodSpec{
+		ServiceAccountName: pod.Spec.ServiceAccountName,
+		Containers:         slimContainers(pod.Spec.Containers, injected),
+		InitContainers:     slimContainers(pod.Spec.InitContainers, injected),
+		Volumes:            pod.Spec.Volumes,
+	}
+	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase}
+	internMeta(pod)
+	return pod, nil
 }
 
+// internMeta shares the strings that pods repeat (namespace, service
+// account, label and annotation keys and values) instead of one copy each.
+// The status record, signed for each pod, is not worth it.
+func internMeta(pod *corev1.Pod) {
+	pod.Namespace = intern(pod.Namespace)
+	pod.GenerateName = intern(pod.GenerateName)
+	pod.Spec.ServiceAccountName = intern(pod.Spec.ServiceAccountName)
+	for k, v := range pod.Labels {
+		pod.Labels[intern(k)] = intern(v) // an existing key: the map stores the interned one
+	}
+	for k, v := range pod.Annotations {
+		if k != v1alpha1.AnnotationStatus {
+			v = intern(v)
+		}
+		pod.Annotations[intern(k)] = v
+	}
+}
+
+func intern(s string) string { return unique.Make(s).Value() }
+
+// slimContainers writes into a new list, not cs: on the watch list's second
+// pass cs is already shared with cached pods, which readers may be reading.
 func slimContainers(cs []corev1.Container, injected map[string]bool) []corev1.Container {
 	if cs == nil {
 		return nil
@@ -135,5 +164,47 @@ func slimContainers(cs []corev1.Container, injected map[string]bool) []corev1.Co
 			out[i] = corev1.Container{Name: c.Name, VolumeMounts: c.VolumeMounts}
 		}
 	}
-	return out
+	return sharedContainers.share(out)
+}
+
+// sharedContainers holds one copy of each distinct list of slim containers:
+// a workload's replicas carry the same ones, about 1.5 KiB a pod with an
+// injected container. Cached pods are read-only, so they may share it.
+var sharedContainers = &containerLists{lists: map[string]weak.Pointer[corev1.Container]{}}
+
+// containerLists maps the protobuf encoding of a list of containers to the
+// list's first element, weakly: a list goes with the last pod that holds it.
+// A list, once shared, is never written.
+type containerLists struct {
+	mu    sync.Mutex
+	lists map[string]weak.Pointer[corev1.Container]
+}
+
+func (l *containerLists) share(cs []corev1.Container) []corev1.Container {
+	if len(cs) == 0 {
+		return cs
+	}
+	var key []byte
+	for i := range cs {
+		raw, err := cs[i].Marshal()
+		if err != nil {
+			return cs
+		}
+		key = append(binary.AppendUvarint(key, uint64(len(raw))), raw...)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if first := l.lists[string(key)].Value(); first != nil {
+		return unsafe.Slice(first, len(cs)) // an equal key is an equal length
+	}
+	k := string(key)
+	l.lists[k] = weak.Make(&cs[0])
+	runtime.AddCleanup(&cs[0], func(k string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.lists[k].Value() == nil {
+			delete(l.lists, k)
+		}
+	}, k)
+	return cs
 }

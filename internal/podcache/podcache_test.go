@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -38,7 +39,7 @@ func TestSlimPodKeepsWhatTheEngineReads(t *testing.T) {
 	}
 	for _, mountPath := range []string{"/data", "/var/log"} { // the second conflicts: nothing pending
 		pod := full(mountPath)
-		obj, err := Slim(pod)
+		obj, err := Slim(pod.DeepCopy()) // slims in place
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,8 +51,43 @@ func TestSlimPodKeepsWhatTheEngineReads(t *testing.T) {
 			slim.Status.Message != "" || slim.Spec.ServiceAccountName != "sa" || slim.Status.Phase != corev1.PodRunning {
 			t.Errorf("slim pod %+v", slim)
 		}
-		if pod.Annotations[corev1.LastAppliedConfigAnnotation] == "" {
-			t.Error("the transform changed the original pod")
+		// The watch list transforms each pod twice.
+		if again, _ := Slim(slim.DeepCopy()); !equality.Semantic.DeepEqual(again, slim) {
+			t.Errorf("slimming again changed the pod: %+v", again)
 		}
+	}
+}
+
+func TestSlimPodsShareEqualContainers(t *testing.T) {
+	pod := func(name, image string) *corev1.Pod {
+		status := `{"sidecars":[{"name":"log","revision":"r","containers":["log"]}]}`
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: map[string]string{v1alpha1.AnnotationStatus: status}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{
+				{Name: "app", Image: "app", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}},
+				{Name: "log", Image: image, Env: []corev1.EnvVar{{Name: "A", Value: "1"}}, Ports: []corev1.ContainerPort{{ContainerPort: 80}}},
+			}},
+		}
+	}
+	slim := func(p *corev1.Pod) *corev1.Pod {
+		obj, err := Slim(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj.(*corev1.Pod)
+	}
+	a, b, c := slim(pod("a", "log:1")), slim(pod("b", "log:1")), slim(pod("c", "log:2"))
+	if &a.Spec.Containers[0] != &b.Spec.Containers[0] {
+		t.Error("equal containers are not shared")
+	}
+	if &a.Spec.Containers[0] == &c.Spec.Containers[0] || c.Spec.Containers[1].Image != "log:2" {
+		t.Errorf("different containers are shared: %+v", c.Spec.Containers)
+	}
+	want := []corev1.Container{
+		{Name: "app", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}},
+		{Name: "log", Image: "log:1", Env: []corev1.EnvVar{{Name: "A", Value: "1"}}},
+	}
+	if !equality.Semantic.DeepEqual(b.Spec.Containers, want) {
+		t.Errorf("slim containers %+v, want %+v", b.Spec.Containers, want)
 	}
 }
