@@ -45,17 +45,9 @@ func TestPrecreatedEventDoesNotSilenceTheWarning(t *testing.T) {
 	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
 	applyServed(t, sc)
 	ns, tenantClient := tenant(t, map[string]string{v1alpha1.LabelValidation: "disabled"})
-	name := "trust-events-" + rand.String(6)
-	createAdmin(t, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}}},
-	})
-	createAdmin(t, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: tenantUser}},
-	})
-	waitAllowed(t, tenantUser, authorizationv1.ResourceAttributes{Namespace: ns, Group: "events.k8s.io", Verb: "create", Resource: "events"})
+	grantRole(t, tenantUser, ns, "trust-events-"+rand.String(6),
+		rbacv1.PolicyRule{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}},
+		authorizationv1.ResourceAttributes{Namespace: ns, Group: "events.k8s.io", Verb: "create", Resource: "events"})
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "squatted", Namespace: ns, Labels: map[string]string{"app": sc.Name}},

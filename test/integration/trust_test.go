@@ -139,18 +139,23 @@ func sidecarAuthor(t *testing.T, user string, readSecrets bool) client.Client {
 	})
 	waitAllowed(t, user, authorizationv1.ResourceAttributes{Group: v1alpha1.GroupVersion.Group, Verb: "create", Resource: "sidecars"})
 	if readSecrets {
-		createAdmin(t, &rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: operatorNamespace},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}},
-		})
-		createAdmin(t, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: operatorNamespace},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-		})
-		waitAllowed(t, user, authorizationv1.ResourceAttributes{Namespace: operatorNamespace, Verb: "get", Resource: "secrets"})
+		grantRole(t, user, operatorNamespace, name, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
+			authorizationv1.ResourceAttributes{Namespace: operatorNamespace, Verb: "get", Resource: "secrets"})
 	}
 	return impersonate(t, user, authenticated...)
+}
+
+// grantRole gives user a Role named name in namespace holding rule, and
+// waits until the apiserver's authorizer allows check.
+func grantRole(t *testing.T, user, namespace, name string, rule rbacv1.PolicyRule, check authorizationv1.ResourceAttributes) {
+	t.Helper()
+	createAdmin(t, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Rules: []rbacv1.PolicyRule{rule}})
+	createAdmin(t, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	})
+	waitAllowed(t, user, check)
 }
 
 // applyServed creates a Sidecar as the admin (deleted after the test) and
