@@ -1,5 +1,6 @@
 // Package grants owns the one rule for which pods carry a Sidecar's grants
-// (RBAC subjects, pull secret copies, the injected counts): running pods
+// (RBAC subjects, pull secret copies; status counts a pod as injected when
+// its record verifies, wherever it runs): running pods
 // whose record for it verifies, in namespaces where pod validation guards
 // that record, that the Sidecar as compiled still selects. Pod creators
 // control everything else about a pod, so nothing else is trusted.
