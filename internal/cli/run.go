@@ -105,8 +105,8 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 		"how long a new signing key waits, so that every replica has loaded it, before it signs")
 	f.StringSliceVar(&opts.PullSecretNamespaces, "pull-secret-namespaces", nil, "namespaces imagePullSecret sources may come from (default: --namespace)")
 	f.DurationVar(&opts.PullSecretResync, "pull-secret-resync", pullsecret.DefaultResync, "how soon a change to an imagePullSecret's source reaches its copies")
-	f.Float32Var(&opts.QPS, "kube-api-qps", 100, "requests per second to the apiserver, sustained")
-	f.IntVar(&opts.Burst, "kube-api-burst", 200, "requests to the apiserver in a burst")
+	f.Float32Var(&opts.QPS, "kube-api-qps", 200, "requests per second to the apiserver, sustained")
+	f.IntVar(&opts.Burst, "kube-api-burst", 400, "requests to the apiserver in a burst")
 	addConfigFlag(cmd)
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", "address for Prometheus metrics and the admin API and page "+
 		"(/admin/v1/inventory, /admin/v1/sidecars, /); 0 disables them")

@@ -53,6 +53,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	// Writes grow with namespaces, one RoleBinding each: client-go's default
+	// of 5 a second would take half an hour to bind ten thousand.
 	if opts.QPS != 0 {
 		cfg = rest.CopyConfig(cfg)
 		cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
