@@ -48,6 +48,8 @@ type Snapshot struct {
 	Namespaces map[string]map[string]string
 	// Webhook is nil when the configuration does not exist.
 	Webhook *admissionv1.MutatingWebhookConfiguration
+	// serving is Webhook's namespace selection, parsed once.
+	serving *webhookconfig.Serving
 	// WebhookName names the configuration, found or not.
 	WebhookName string
 	Pods        []corev1.Pod
@@ -85,7 +87,7 @@ func (l *Loader) Load(ctx context.Context, namespace string, withPods bool) (*Sn
 	webhook := &admissionv1.MutatingWebhookConfiguration{}
 	switch err := live.Get(ctx, client.ObjectKey{Name: name}, webhook); {
 	case err == nil:
-		s.Webhook = webhook
+		s.Webhook, s.serving = webhook, webhookconfig.NewServing(webhook)
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", name, err)
 	}
@@ -155,13 +157,13 @@ func (s *Snapshot) namespaceSkipped(namespace string) string {
 	if !ok {
 		return fmt.Sprintf("namespace %s does not exist", namespace)
 	}
-	_, why := webhookconfig.Serves(s.Webhook, namespace, nsLabels)
-	return why
+	return s.serving.Why(namespace, nsLabels)
 }
 
 // Excluded reports namespaces the webhook configuration does not serve.
 func (s *Snapshot) Excluded(namespace string) bool {
-	return s.Webhook != nil && s.namespaceSkipped(namespace) != ""
+	nsLabels, ok := s.Namespaces[namespace]
+	return s.Webhook != nil && (!ok || !s.serving.Serves(nsLabels))
 }
 
 // Judge judges pods against the snapshot's Sidecars.

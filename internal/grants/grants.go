@@ -29,8 +29,8 @@ import (
 type Gate struct {
 	keys    webhook.KeySource
 	engines webhook.EngineSource
-	// validated selects the namespaces where pods are validated.
-	validated labels.Selector
+	// validates selects the namespaces where pods are validated.
+	validates labels.Selector
 	// namespaces reads namespace labels from the cache; live, on a miss,
 	// from the apiserver, since a pod may be seen before its namespace.
 	namespaces, live client.Reader
@@ -44,7 +44,7 @@ func NewGate(keys webhook.KeySource, engines webhook.EngineSource, cached, live 
 	if err != nil {
 		return nil, err
 	}
-	return &Gate{keys: keys, engines: engines, validated: sel, namespaces: cached, live: live}, nil
+	return &Gate{keys: keys, engines: engines, validates: sel, namespaces: cached, live: live}, nil
 }
 
 // View is one pass's judge: the keys and engine loaded when it began, so
@@ -77,10 +77,16 @@ func (v *View) Verify(pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error {
 // Grants reports whether the pod carries the grants of sidecar: its record
 // verifies, and the Sidecar as compiled still selects the pod there.
 func (v *View) Grants(ctx context.Context, pod *corev1.Pod, sidecar string) bool {
-	if fleet.Finished(pod) || !v.gate.validates(ctx, pod.Namespace) {
+	if fleet.Finished(pod) {
 		return false
 	}
-	if !v.Engine.Selects(sidecar, pod, func(ns string) (map[string]string, bool) { return v.gate.namespaceLabels(ctx, ns) }) {
+	ns := v.gate.validated(ctx, pod.Namespace)
+	if ns == nil {
+		return false
+	}
+	// The pod's namespace is the one read; a namespaceSelector asks no other.
+	nsLabels := func(string) (map[string]string, bool) { return ns.Labels, true }
+	if !v.Engine.Selects(sidecar, pod, nsLabels) {
 		return false
 	}
 	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
@@ -110,15 +116,12 @@ func (v *View) Lags(sc *v1alpha1.Sidecar) bool {
 	return rev != inject.Revision(&sc.Spec) || uid != string(sc.UID) || gen != sc.Generation
 }
 
-// validates reports whether pods of the namespace are validated.
-func (g *Gate) validates(ctx context.Context, namespace string) bool {
+// validated reads the namespace if pods there are validated, and it is not
+// being deleted; nil otherwise.
+func (g *Gate) validated(ctx context.Context, namespace string) *metav1.PartialObjectMetadata {
 	ns := namespaces.Get(ctx, g.namespaces, g.live, namespace)
-	return ns != nil && ns.DeletionTimestamp.IsZero() && g.validated.Matches(labels.Set(ns.Labels))
-}
-
-func (g *Gate) namespaceLabels(ctx context.Context, namespace string) (map[string]string, bool) {
-	if ns := namespaces.Get(ctx, g.namespaces, g.live, namespace); ns != nil {
-		return ns.Labels, true
+	if ns == nil || !ns.DeletionTimestamp.IsZero() || !g.validates.Matches(labels.Set(ns.Labels)) {
+		return nil
 	}
-	return nil, false
+	return ns
 }

@@ -1,6 +1,6 @@
 // Package webhookconfig owns the operator's webhook configurations: what
 // they should be, writing them, and which namespaces they serve. Everything
-// that asks "does the webhook see pods of this namespace" asks Serves.
+// that asks "does the webhook see pods of this namespace" asks Serving.
 package webhookconfig
 
 import (
@@ -217,25 +217,61 @@ func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.Muta
 	return c.Update(ctx, &have)
 }
 
-// Serves reports whether the configuration's webhooks are called for pods of
-// the namespace, by their namespaceSelectors; when not, why, naming the
-// webhook and the selector. nsLabels are the namespace's labels as stored
-// (the apiserver sets kubernetes.io/metadata.name on every namespace).
-// Match conditions and objectSelectors are per pod, not judged here.
-func Serves(c *admissionv1.MutatingWebhookConfiguration, namespace string, nsLabels map[string]string) (bool, string) {
+// Serving is a configuration's namespaceSelectors, parsed once: the status
+// pass asks it about every pod.
+type Serving struct {
+	webhooks []servingWebhook
+}
+
+type servingWebhook struct {
+	name string
+	sel  labels.Selector
+	err  error // an invalid namespaceSelector, which serves nothing
+}
+
+// NewServing parses the namespaceSelectors of c.
+func NewServing(c *admissionv1.MutatingWebhookConfiguration) *Serving {
+	s := &Serving{}
 	for _, w := range c.Webhooks {
 		if w.NamespaceSelector == nil {
 			continue
 		}
 		sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
-		if err != nil {
-			return false, fmt.Sprintf("webhook %s has an invalid namespaceSelector: %v", w.Name, err)
-		}
-		if !sel.Matches(labels.Set(nsLabels)) {
-			return false, fmt.Sprintf("webhook %s excludes namespace %s: its namespaceSelector %s does not match the namespace's labels %s "+
-				"(kube-system, the operator's namespace and namespaces labelled %s=disabled are excluded)",
-				w.Name, namespace, sel, labels.Set(nsLabels), v1alpha1.LabelWebhook)
+		s.webhooks = append(s.webhooks, servingWebhook{name: w.Name, sel: sel, err: err})
+	}
+	return s
+}
+
+// Serves reports whether the configuration's webhooks are called for pods of
+// a namespace with these labels, by their namespaceSelectors. nsLabels are
+// the namespace's labels as stored (the apiserver sets
+// kubernetes.io/metadata.name on every namespace). Match conditions and
+// objectSelectors are per pod, not judged here.
+func (s *Serving) Serves(nsLabels map[string]string) bool {
+	return s.excluding(nsLabels) == nil
+}
+
+// Why says why pods of the namespace are not sent, naming the webhook and
+// its selector; empty when they are.
+func (s *Serving) Why(namespace string, nsLabels map[string]string) string {
+	w := s.excluding(nsLabels)
+	switch {
+	case w == nil:
+		return ""
+	case w.err != nil:
+		return fmt.Sprintf("webhook %s has an invalid namespaceSelector: %v", w.name, w.err)
+	}
+	return fmt.Sprintf("webhook %s excludes namespace %s: its namespaceSelector %s does not match the namespace's labels %s "+
+		"(kube-system, the operator's namespace and namespaces labelled %s=disabled are excluded)",
+		w.name, namespace, w.sel, labels.Set(nsLabels), v1alpha1.LabelWebhook)
+}
+
+// excluding is the first webhook whose namespaceSelector leaves the namespace out.
+func (s *Serving) excluding(nsLabels map[string]string) *servingWebhook {
+	for i := range s.webhooks {
+		if w := &s.webhooks[i]; w.err != nil || !w.sel.Matches(labels.Set(nsLabels)) {
+			return w
 		}
 	}
-	return true, ""
+	return nil
 }

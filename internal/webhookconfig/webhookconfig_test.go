@@ -12,7 +12,7 @@ import (
 )
 
 func TestServes(t *testing.T) {
-	c := Mutating(DefaultName, Target{URL: "https://127.0.0.1:9443"}, nil, admissionv1.Fail, "sidecar-operator-system")
+	serving := NewServing(Mutating(DefaultName, Target{URL: "https://127.0.0.1:9443"}, nil, admissionv1.Fail, "sidecar-operator-system"))
 	for _, tc := range []struct {
 		namespace string
 		labels    map[string]string
@@ -27,7 +27,7 @@ func TestServes(t *testing.T) {
 	} {
 		labels := map[string]string{corev1.LabelMetadataName: tc.namespace}
 		maps.Copy(labels, tc.labels)
-		served, why := Serves(c, tc.namespace, labels)
+		served, why := serving.Serves(labels), serving.Why(tc.namespace, labels)
 		if served != tc.serves || served != (why == "") {
 			t.Errorf("%s %v: Serves = %v %q, want %v", tc.namespace, tc.labels, served, why, tc.serves)
 		}

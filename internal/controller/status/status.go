@@ -79,6 +79,8 @@ type Reconciler struct {
 	Webhook *admissionv1.MutatingWebhookConfiguration
 	Log     logr.Logger
 
+	// serving is Webhook's namespace selection, parsed once.
+	serving *webhookconfig.Serving
 	// events tells of each missed or unverified pod once.
 	events *podEvents
 	// gauged are the Sidecars with metrics, to drop those of deleted ones.
@@ -104,6 +106,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.C
 // prepare makes the state kept across passes.
 func (r *Reconciler) prepare() {
 	r.gauged = sets.New[string]()
+	r.serving = webhookconfig.NewServing(r.Webhook)
 	r.events = newPodEvents(r.Client, eventsPerSecond, eventsBurst)
 }
 
@@ -194,8 +197,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 // excluded reports namespaces the webhook does not serve.
 func (r *Reconciler) excluded(namespace string) bool {
 	l, _ := r.NamespaceLabels(namespace)
-	served, _ := webhookconfig.Serves(r.Webhook, namespace, l)
-	return !served
+	return !r.serving.Serves(l)
 }
 
 // writeStatus applies the status fields this controller owns, when they
