@@ -12,6 +12,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/pullsecret"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
@@ -67,6 +68,7 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 			if os.Getenv("GOGC") == "" {
 				debug.SetGCPercent(25)
 			}
+			limitMemory(ctrl.Log.WithName("run"))
 			opts.InCluster, opts.PodNamespace = inCluster, os.Getenv("POD_NAMESPACE")
 			opts.FailurePolicy = admissionv1.FailurePolicyType(o.failurePolicy)
 			opts.CertMode = manager.CertMode(o.certMode)
@@ -78,6 +80,9 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then the in-cluster config")
 	f.StringVar(&opts.WebhookAddr, "webhook-addr", "127.0.0.1:9443", "host:port the webhook listens on (use :9443 in a cluster)")
+	addWebhookLimitFlags(f, &opts.WebhookLimits)
+	f.StringVar(&opts.HealthProbeAddr, "health-probe-bind-address", ":8081",
+		"address for /healthz and /readyz in plain HTTP, apart from the webhook port (whose --client-ca-file kubelet cannot pass); 0 disables it")
 	f.StringVar(&opts.WebhookURL, "webhook-url", "", "base URL the apiserver calls outside a cluster (default https://<webhook-addr>)")
 	f.StringVar(&opts.ServiceName, "service-name", "sidecar-operator", "Service in front of the webhook, inside a cluster")
 	f.StringVar(&o.certMode, "cert-mode", string(manager.CertModeSelf), "who makes the serving certificate: self, files or cert-manager")

@@ -18,6 +18,7 @@ import (
 
 func newServeCommand() *cobra.Command {
 	var sidecars, addr, certFile, keyFile, clientCAFile string
+	var limits webhook.Limits
 	cmd := &cobra.Command{
 		Use:   "serve --sidecars <file|dir> --tls-cert-file F --tls-private-key-file F",
 		Short: "Serve the webhook standalone from Sidecar YAML files, with no cluster",
@@ -26,6 +27,9 @@ namespace selectors see only the kubernetes.io/metadata.name label, which the
 apiserver sets on every namespace.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := limits.Validate(); err != nil {
+				return err
+			}
 			engine, scs, err := loadEngine(sidecars)
 			if err != nil {
 				return err
@@ -36,9 +40,11 @@ apiserver sets on every namespace.`,
 			}
 			log := ctrl.Log.WithName("serve")
 			log.Info("loaded sidecars", "names", engine.Names())
+			limitMemory(log)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
+			tlsConfig := webhook.ServerTLSConfig()
+			tlsConfig.Certificates = []tls.Certificate{pair}
 			if clientCAFile != "" {
 				if err := webhook.RequireClientCertificates(tlsConfig, clientCAFile); err != nil {
 					return err
@@ -48,6 +54,7 @@ apiserver sets on every namespace.`,
 				Addr:      addr,
 				TLSConfig: tlsConfig,
 				Log:       log,
+				Limits:    limits,
 				Validator: &webhook.Validator{
 					Engines:         webhook.StaticEngine{E: engine},
 					NamespaceLabels: inject.DefaultNamespaceLabels,
@@ -69,6 +76,7 @@ apiserver sets on every namespace.`,
 	f.StringVar(&certFile, "tls-cert-file", "", "PEM serving certificate (required)")
 	f.StringVar(&clientCAFile, "client-ca-file", "", "PEM CA of the client certificates required from callers (the apiserver's AdmissionConfiguration)")
 	f.StringVar(&keyFile, "tls-private-key-file", "", "PEM private key of the serving certificate (required)")
+	addWebhookLimitFlags(f, &limits)
 	addConfigFlag(cmd)
 	for _, name := range []string{"sidecars", "tls-cert-file", "tls-private-key-file"} {
 		_ = cmd.MarkFlagRequired(name)

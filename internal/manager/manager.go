@@ -6,8 +6,10 @@ package manager
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -114,13 +117,19 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err := mgr.Add(server); err != nil {
 		return err
 	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("webhook", func(*http.Request) error { return server.Readiness() }); err != nil {
+		return err
+	}
 	return mgr.Start(ctx)
 }
 
 var managedSelector = labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy})
 
 func managerOptions(opts Options) ctrl.Options {
-	metrics := metricsserver.Options{BindAddress: opts.MetricsAddr}
+	metrics := metricsserver.Options{BindAddress: opts.MetricsAddr, TLSOpts: []func(*tls.Config){webhook.HardenTLS}}
 	if opts.MetricsSecure {
 		metrics.SecureServing = true
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
@@ -128,7 +137,7 @@ func managerOptions(opts Options) ctrl.Options {
 	return ctrl.Options{
 		Scheme:                        scheme.New(),
 		Metrics:                       metrics,
-		HealthProbeBindAddress:        "0", // the webhook server serves /healthz and /readyz
+		HealthProbeBindAddress:        opts.HealthProbeAddr,
 		PprofBindAddress:              opts.PprofAddr,
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              "sidecar-operator-leader",

@@ -13,6 +13,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/pullsecret"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
@@ -30,6 +31,12 @@ type Options struct {
 	WebhookURL string
 	// WebhookAddr is where the webhook listens.
 	WebhookAddr string
+	// WebhookLimits bound the reviews each replica handles at once.
+	WebhookLimits webhook.Limits
+	// HealthProbeAddr serves /healthz and /readyz in plain HTTP, apart from
+	// the webhook port, whose client authentication kubelet cannot pass;
+	// empty or "0" disables it.
+	HealthProbeAddr string
 	// CertMode says who makes the serving certificate: CertModeSelf (the
 	// default) keeps and rotates it in CertSecret; CertModeFiles serves
 	// TLSCertFile and TLSKeyFile, registering CAFile as the caBundle;
@@ -210,5 +217,5 @@ func (o *Options) Validate() error {
 	if o.Namespace == "" {
 		return errors.New("--namespace: a namespace is needed for the signing key, the certificate Secret and the leader lease")
 	}
-	return nil
+	return o.WebhookLimits.Validate()
 }

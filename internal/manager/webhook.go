@@ -32,6 +32,7 @@ func newWebhookServer(
 	nsLabels := func(name string) (map[string]string, bool) { return namespaces.Labels(cache, name) }
 	return &webhook.Server{
 		Addr:       opts.WebhookAddr,
+		Limits:     opts.WebhookLimits,
 		TLSConfig:  tlsConfig,
 		Log:        log.WithName("webhook"),
 		Listening:  opts.Listening,

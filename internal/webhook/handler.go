@@ -2,8 +2,10 @@ package webhook
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,11 +70,22 @@ type Mutator struct {
 	NamespaceLabels inject.NamespaceLabelsFunc
 	Log             logr.Logger
 	// Events, when set, receives an Event on the Sidecar for each injection,
-	// skip and denial of a pod that is not a dry run.
+	// skip and denial of a pod that is not a dry run, as eventGate allows.
 	Events recorder.EventRecorder
+
+	eventsOnce sync.Once
+	events     *eventGate
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+// putBuf pools a buffer unless a large review grew it: pooled, it would
+// hold memory the limits no longer count.
+func putBuf(b *[]byte) {
+	if cap(*b) <= largeBody {
+		bufPool.Put(b)
+	}
+}
 
 // checkRequest refuses what is not a JSON POST, answering it; ok says go on.
 func checkRequest(w http.ResponseWriter, r *http.Request) (ok bool) {
@@ -89,8 +102,12 @@ func checkRequest(w http.ResponseWriter, r *http.Request) (ok bool) {
 }
 
 // readRequest reads the body into buf within MaxRequestBytes, answering
-// failures; ok says go on.
+// failures; ok says go on. A declared length sizes the buffer once, so that
+// a body is never held twice while it grows.
 func readRequest(w http.ResponseWriter, r *http.Request, buf []byte) (body []byte, ok bool) {
+	if n := r.ContentLength; n >= 0 && n <= MaxRequestBytes {
+		buf = slices.Grow(buf[:0], int(n)+1) // +1: the read that sees EOF needs room
+	}
 	body, err := readBody(http.MaxBytesReader(w, r.Body, MaxRequestBytes), buf)
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -134,8 +151,8 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	in := bufPool.Get().(*[]byte)
 	out := bufPool.Get().(*[]byte)
 	defer func() {
-		bufPool.Put(in)
-		bufPool.Put(out)
+		putBuf(in)
+		putBuf(out)
 	}()
 	body, ok := readRequest(w, r, (*in)[:0])
 	*in = body[:0]
@@ -159,7 +176,7 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		resp.patch, resp.warnings, resp.denial = res.Patch, res.Warnings, res.Denial
 		countResult(res)
 		if m.Events != nil && !req.DryRun {
-			m.report(req, res)
+			m.report(r, req, res)
 		}
 		if res.Patch != nil {
 			*out = res.Patch[:0] // keep the grown buffer
@@ -174,19 +191,20 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // report tells each Sidecar's Events what happened to the pod.
-func (m *Mutator) report(req *podRequest, res *inject.Result) {
+func (m *Mutator) report(r *http.Request, req *podRequest, res *inject.Result) {
+	m.eventsOnce.Do(func() { m.events = newEventGate(m.Events) })
 	pod := req.Namespace + "/" + req.Object.Metadata.Name
 	if req.Object.Metadata.Name == "" {
 		pod = req.Namespace + "/" + req.Object.Metadata.GenerateName + "*"
 	}
-	for _, r := range res.Injected {
-		m.Events.Eventf(sidecarRef(r.Name), nil, corev1.EventTypeNormal, "Injected", "Inject", "injected revision %s into pod %s", r.Revision, pod)
+	for _, in := range res.Injected {
+		m.events.tell(r, in.Name, corev1.EventTypeNormal, "Injected", fmt.Sprintf("injected revision %s into pod %s", in.Revision, pod))
 	}
 	for _, s := range res.Skipped {
-		m.Events.Eventf(sidecarRef(s.Sidecar), nil, corev1.EventTypeNormal, "Skipped", "Inject", "not injected into pod %s: %s", pod, s.Reason)
+		m.events.tell(r, s.Sidecar, corev1.EventTypeNormal, "Skipped", fmt.Sprintf("not injected into pod %s: %s", pod, s.Reason))
 	}
 	for _, name := range res.Denied {
-		m.Events.Eventf(sidecarRef(name), nil, corev1.EventTypeWarning, "Denied", "Inject", "pod %s denied: %s", pod, res.Denial)
+		m.events.tell(r, name, corev1.EventTypeWarning, "Denied", fmt.Sprintf("pod %s denied: %s", pod, res.Denial))
 	}
 }
 

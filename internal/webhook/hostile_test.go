@@ -74,6 +74,20 @@ func TestEveryEndpointRefusesHostileInput(t *testing.T) {
 	t.Logf("%d hostile requests refused", tried)
 }
 
+// TestPodUpdateWithoutOldObjectIsRefused: the record comparison of an
+// UPDATE needs the stored pod, so a review without it is not judged.
+func TestPodUpdateWithoutOldObjectIsRefused(t *testing.T) {
+	for _, old := range []string{``, `,"oldObject":null`} {
+		body := `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","operation":"UPDATE",` +
+			`"kind":{"group":"","version":"v1","kind":"Pod"},"namespace":"ns","object":{"metadata":{"name":"p","namespace":"ns"}}` + old + `}}`
+		req, _ := http.NewRequest(http.MethodPost, PathValidatePods, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if code := serve(testServer(t).Handler(), req); code != http.StatusBadRequest {
+			t.Errorf("UPDATE with oldObject %q: status %d, want 400", old, code)
+		}
+	}
+}
+
 func serve(h http.Handler, req *http.Request) int {
 	rec := &statusRecorder{header: http.Header{}}
 	h.ServeHTTP(rec, req)

@@ -16,10 +16,14 @@ var (
 		Name: "sidecar_operator_skips_total",
 		Help: "Matching Sidecars left out of a pod, by reason.",
 	}, []string{"reason"})
+	eventsHeldBack = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sidecar_operator_webhook_events_held_back_total",
+		Help: "Events of reviews from callers without a verified client certificate that the rate limit held back.",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(injections, skips)
+	metrics.Registry.MustRegister(injections, skips, eventsHeldBack)
 }
 
 // countResult records what happened to each Sidecar that matched a pod.

@@ -31,6 +31,8 @@ type Server struct {
 	Mutator   *Mutator
 	// Validator, when set, serves the validating webhooks too.
 	Validator *Validator
+	// Limits bound the reviews handled at once; zero values take the defaults.
+	Limits Limits
 	// Ready returns nil once the server can give correct answers.
 	Ready func() error
 	Log   logr.Logger
@@ -54,26 +56,34 @@ type Server struct {
 // Handler returns the server's routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(PathMutatePods, s.Mutator)
+	limit := newLimiter(s.Limits).wrap
+	mux.Handle(PathMutatePods, limit(s.Mutator))
 	if s.Validator != nil {
-		mux.HandleFunc(PathValidateSidecars, s.Validator.ValidateSidecars)
-		mux.HandleFunc(PathValidatePods, s.Validator.ValidatePods)
+		mux.Handle(PathValidateSidecars, limit(http.HandlerFunc(s.Validator.ValidateSidecars)))
+		mux.Handle(PathValidatePods, limit(http.HandlerFunc(s.Validator.ValidatePods)))
 	}
 	mux.HandleFunc(PathHealthz, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc(PathReadyz, func(w http.ResponseWriter, _ *http.Request) {
-		if s.draining.Load() {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		if err := s.Readiness(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
-		}
-		if s.Ready != nil {
-			if err := s.Ready(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
 	return mux
+}
+
+// Readiness is nil while the server should receive reviews: Ready says so
+// and it is not draining. The TLS port's /readyz and the plain probe port
+// both ask it.
+func (s *Server) Readiness() error {
+	if s.draining.Load() {
+		return errors.New("shutting down")
+	}
+	if s.Ready != nil {
+		return s.Ready()
+	}
+	return nil
 }
 
 // NewHTTPServer is the HTTP server the webhook runs in: HTTP/1.1 and 2 over

@@ -170,7 +170,12 @@ func (v *Validator) ValidatePods(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var oldPod *corev1.Pod
-	if rv.Request.Operation == "UPDATE" && len(rv.Request.OldObject) > 0 && string(rv.Request.OldObject) != "null" {
+	if rv.Request.Operation == "UPDATE" {
+		if len(rv.Request.OldObject) == 0 || string(rv.Request.OldObject) == "null" {
+			// The apiserver always sends it; without it no record can be compared.
+			http.Error(w, "an UPDATE review of a pod must carry request.oldObject", http.StatusBadRequest)
+			return
+		}
 		if err := json.Unmarshal(rv.Request.OldObject, &old); err != nil {
 			http.Error(w, "request.oldObject is not a Pod: "+err.Error(), http.StatusBadRequest)
 			return

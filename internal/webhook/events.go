@@ -1,0 +1,80 @@
+package webhook
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+)
+
+// Unauthenticated callers' Events: per Sidecar and reason, a burst of
+// eventBurst, then one each eventInterval.
+const (
+	eventBurst    = 5
+	eventInterval = 10 * time.Second
+)
+
+// eventGate records the Events of reviews. A caller that presented a
+// client certificate the server verified is the apiserver, and each of its
+// reviews is told. Without client authentication anyone who reaches the
+// webhook can send reviews, so Events are rate-limited per Sidecar and
+// reason, and the next one told counts those held back.
+type eventGate struct {
+	recorder recorder.EventRecorder
+	mu       sync.Mutex
+	// buckets has a key per Sidecar and reason the engine produced, so the
+	// Sidecars bound it, not the callers.
+	buckets map[string]*eventBucket
+}
+
+type eventBucket struct {
+	limiter  *rate.Limiter
+	heldBack int
+}
+
+func newEventGate(r recorder.EventRecorder) *eventGate {
+	return &eventGate{recorder: r, buckets: map[string]*eventBucket{}}
+}
+
+// tell records an Event on Sidecar sidecar, unless an unauthenticated
+// caller's Events for it and reason are over the rate.
+func (g *eventGate) tell(r *http.Request, sidecar, eventType, reason, note string) {
+	if !authenticated(r) {
+		held, ok := g.admit(sidecar + "/" + reason)
+		if !ok {
+			eventsHeldBack.Inc()
+			return
+		}
+		if held > 0 {
+			note = fmt.Sprintf("%s (and %d more since the last such Event, held back: the caller is not authenticated)", note, held)
+		}
+	}
+	g.recorder.Eventf(sidecarRef(sidecar), nil, eventType, reason, "Inject", "%s", note)
+}
+
+// admit takes a token of key's bucket; ok false counts one more held back,
+// and held says how many were held back before this one.
+func (g *eventGate) admit(key string) (held int, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b := g.buckets[key]
+	if b == nil {
+		b = &eventBucket{limiter: rate.NewLimiter(rate.Every(eventInterval), eventBurst)}
+		g.buckets[key] = b
+	}
+	if !b.limiter.Allow() {
+		b.heldBack++
+		return 0, false
+	}
+	held, b.heldBack = b.heldBack, 0
+	return held, true
+}
+
+// authenticated says the caller presented a certificate the server verified
+// against --client-ca-file.
+func authenticated(r *http.Request) bool {
+	return r.TLS != nil && len(r.TLS.VerifiedChains) > 0
+}

@@ -1,0 +1,107 @@
+package webhook
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// stalledBody blocks on its first read until released, as a client that
+// stops sending does; reading, if set, hears that the read began, so past
+// the limits.
+type stalledBody struct{ release, reading chan struct{} }
+
+func (b stalledBody) Read([]byte) (int, error) {
+	if b.reading != nil {
+		b.reading <- struct{}{}
+	}
+	<-b.release
+	return 0, io.ErrUnexpectedEOF
+}
+
+func TestLimitsRefuseAtOnceAndNameTheLimit(t *testing.T) {
+	review := testReview(t, "admissionreview-pod.json")
+	post := func(h http.Handler, body io.Reader, length int64) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, PathMutatePods, body)
+		req.Header.Set("Content-Type", "application/json")
+		req.ContentLength = length
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	// stall starts n reviews whose bodies never come, and returns once each
+	// holds its place; release ends them.
+	stall := func(h http.Handler, n int, length int64) (release func()) {
+		ch := make(chan struct{})
+		reading := make(chan struct{}, n)
+		done := make(chan struct{}, n)
+		for range n {
+			go func() {
+				post(h, stalledBody{release: ch, reading: reading}, length)
+				done <- struct{}{}
+			}()
+		}
+		for range n {
+			<-reading
+		}
+		return func() {
+			close(ch)
+			for range n {
+				<-done
+			}
+		}
+	}
+	tests := []struct {
+		name    string
+		limits  Limits
+		stalled int
+		length  int64
+		// next is the length of the review sent while they stall.
+		next     int64
+		wantCode int
+		wantFlag string
+	}{
+		{name: "in flight", limits: Limits{MaxInFlight: 2}, stalled: 2, length: 100, next: 100, wantCode: 429, wantFlag: "--max-in-flight"},
+		{name: "large bodies fill their share", limits: Limits{MaxBufferedBytes: 16 << 20}, stalled: 1, length: MaxRequestBytes, next: MaxRequestBytes,
+			wantCode: 429, wantFlag: "--max-buffered-mib"},
+		{name: "a small review fits beside stalled large ones", limits: Limits{MaxBufferedBytes: 16 << 20}, stalled: 1, length: MaxRequestBytes, next: -1,
+			wantCode: 200},
+		{name: "no declared length holds the most a review may be", limits: Limits{MaxBufferedBytes: 16 << 20}, stalled: 1, length: -1, next: MaxRequestBytes,
+			wantCode: 429, wantFlag: "--max-buffered-mib"},
+		{name: "over the size limit", stalled: 0, next: MaxRequestBytes + 1, wantCode: 413},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := testServer(t)
+			srv.Limits = tt.limits
+			h := srv.Handler()
+			release := stall(h, tt.stalled, tt.length)
+			defer release()
+			var rec *httptest.ResponseRecorder
+			if tt.next < 0 {
+				rec = post(h, bytes.NewReader(review), int64(len(review)))
+			} else {
+				rec = post(h, strings.NewReader(""), tt.next) // the length is all the limits see
+			}
+			if rec.Code != tt.wantCode || !strings.Contains(rec.Body.String(), tt.wantFlag) {
+				t.Fatalf("status %d %q, want %d naming %q", rec.Code, rec.Body, tt.wantCode, tt.wantFlag)
+			}
+		})
+	}
+}
+
+func TestLimitsValidate(t *testing.T) {
+	for _, l := range []Limits{{MaxInFlight: -1}, {MaxInFlight: 1, MaxBufferedBytes: 8 << 20}} {
+		if err := l.Validate(); err == nil {
+			t.Errorf("%+v: valid, want an error", l)
+		}
+	}
+	for _, l := range []Limits{{}, {MaxInFlight: 1, MaxBufferedBytes: 14 << 20}} {
+		if err := l.Validate(); err != nil {
+			t.Errorf("%+v: %v", l, err)
+		}
+	}
+}
