@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -19,12 +20,15 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/manager"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
@@ -36,28 +40,11 @@ import (
 // requests succeed, a client without a certificate is refused.
 func TestApiserverPresentsAClientCertificate(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		t.Helper()
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
 	servingCA, err := certs.NewCA("webhook serving CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	serving, err := servingCA.Issue([]string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientCA, err := certs.NewCA("apiserver client CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiserverCert, err := clientCA.IssueClient("kube-apiserver", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,12 +54,14 @@ func TestApiserverPresentsAClientCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	apiserver := startClientAuthAPIServer(t, addr, false)
 	pair, err := serving.TLSCertificate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
-	if err := webhook.RequireClientCertificates(tlsConfig, write("client-ca.crt", clientCA.CertPEM)); err != nil {
+	tlsConfig := webhook.ServerTLSConfig()
+	tlsConfig.Certificates = []tls.Certificate{pair}
+	if err := webhook.RequireClientCertificates(tlsConfig, apiserver.clientCAFile); err != nil {
 		t.Fatal(err)
 	}
 	scs := exampleSidecars(t)
@@ -88,7 +77,95 @@ func TestApiserverPresentsAClientCertificate(t *testing.T) {
 	go func() { _ = srv.Start(sctx) }()
 	<-listening
 
-	// A kube-apiserver told to present its client certificate to that host.
+	c := apiserver.client
+	if err := c.Create(ctx, webhookconfig.Mutating("client-auth", webhookconfig.Target{URL: "https://" + addr}, servingCA.CertPEM, admissionv1.Fail)); err != nil {
+		t.Fatal(err)
+	}
+	waitInjected(t, c, "fluentd")
+	assertRefusedWithoutCertificate(t, "https://"+addr, servingCA.CertPEM)
+}
+
+// TestOperatorRequiresTheApiserversCertificate runs the operator as
+// `manifests --client-auth` deploys it: --client-ca-file on the webhook port,
+// and the probes on their own plain-HTTP port, which kubelet reaches without
+// a certificate. The apiserver's reviews get through; no other client does.
+func TestOperatorRequiresTheApiserversCertificate(t *testing.T) {
+	ctx := context.Background()
+	addrs := freeAddrs(t, 2)
+	addr, probeAddr := addrs[0], addrs[1]
+	apiserver := startClientAuthAPIServer(t, addr, true)
+	c := apiserver.client
+	if err := c.Create(ctx, exampleSidecars(t)["fluentd"]); err != nil {
+		t.Fatal(err)
+	}
+	octx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- manager.Run(octx, apiserver.cfg, manager.Options{
+			WebhookAddr: addr, WebhookHosts: []string{"127.0.0.1"}, Target: webhookconfig.Target{URL: "https://" + addr},
+			HealthProbeAddr: probeAddr, ClientCAFile: apiserver.clientCAFile,
+			Namespace: "sidecar-operator-system", CreateNamespace: true, CertSecret: "sidecar-operator-certs",
+			Certificates: certrotation.Options{PublishDelay: time.Second}, SeveralInProcess: true,
+			WebhookConfigName: "sidecar-operator", FailurePolicy: admissionv1.Fail, MetricsAddr: "0",
+		})
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("operator: %v", err)
+		}
+	})
+
+	// kubelet's probe: plain HTTP, no certificate.
+	eventually(t, 60*time.Second, func() error {
+		for _, path := range []string{webhook.PathHealthz, webhook.PathReadyz} {
+			resp, err := http.Get("http://" + probeAddr + path)
+			if err != nil {
+				return err
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: %d %s", path, resp.StatusCode, body)
+			}
+		}
+		return nil
+	})
+	waitInjected(t, c, "fluentd")
+	var secret corev1.Secret
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "sidecar-operator-system", Name: "sidecar-operator-certs"}, &secret); err != nil {
+		t.Fatal(err)
+	}
+	assertRefusedWithoutCertificate(t, "https://"+addr, secret.Data["ca.crt"])
+}
+
+// clientAuthAPIServer is a kube-apiserver that presents a client
+// certificate, of clientCAFile's CA, to the webhook at one address.
+type clientAuthAPIServer struct {
+	cfg          *rest.Config
+	client       client.Client
+	clientCAFile string
+}
+
+func startClientAuthAPIServer(t *testing.T, webhookAddr string, crds bool) clientAuthAPIServer {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	clientCA, err := certs.NewCA("apiserver client CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiserverCert, err := clientCA.IssueClient("kube-apiserver", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	kubeconfig := fmt.Sprintf(`apiVersion: v1
 kind: Config
 users:
@@ -96,7 +173,8 @@ users:
   user:
     client-certificate-data: %s
     client-key-data: %s
-`, addr, base64.StdEncoding.EncodeToString(apiserverCert.CertPEM), base64.StdEncoding.EncodeToString(apiserverCert.KeyPEM))
+`, webhookAddr, base64.StdEncoding.EncodeToString(apiserverCert.CertPEM), base64.StdEncoding.EncodeToString(apiserverCert.KeyPEM))
+	kubeconfigFile := write("webhook-kubeconfig", []byte(kubeconfig))
 	admission := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
 kind: AdmissionConfiguration
 plugins:
@@ -104,26 +182,38 @@ plugins:
   configuration:
     apiVersion: apiserver.config.k8s.io/v1
     kind: WebhookAdmissionConfiguration
-    kubeConfigFile: %s
-`, write("webhook-kubeconfig", []byte(kubeconfig)))
+    kubeConfigFile: %[1]s
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: %[1]s
+`, kubeconfigFile)
 	env := &envtest.Environment{}
+	if crds {
+		env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = []string{filepath.Join("..", "..", "config", "crd", "bases")}, true
+	}
 	env.ControlPlane.GetAPIServer().Configure().Set("admission-control-config-file", write("admission.yaml", []byte(admission)))
-	cfg2, err := env.Start()
+	cfg, err := env.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = env.Stop() }()
-	c, err := client.New(cfg2, client.Options{Scheme: scheme.New()})
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, webhookconfig.Mutating("client-auth", webhookconfig.Target{URL: "https://" + addr}, servingCA.CertPEM, admissionv1.Fail)); err != nil {
-		t.Fatal(err)
-	}
+	return clientAuthAPIServer{cfg: cfg, client: c, clientCAFile: write("client-ca.crt", clientCA.CertPEM)}
+}
+
+// waitInjected waits until a dry-run pod in a new namespace gets sidecar.
+func waitInjected(t *testing.T, c client.Client, sidecar string) {
+	t.Helper()
+	ctx := context.Background()
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, func() error {
+	eventually(t, 30*time.Second, func() error {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "app", Labels: map[string]string{"logging": "fluentd"}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
@@ -131,17 +221,23 @@ plugins:
 		if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
 			return err
 		}
-		if !strings.Contains(pod.Annotations[v1alpha1.AnnotationStatus], "fluentd") {
+		if !strings.Contains(pod.Annotations[v1alpha1.AnnotationStatus], sidecar) {
 			return fmt.Errorf("not injected yet")
 		}
 		return nil
 	})
+}
 
-	// A client without a certificate does not get through the handshake.
+// assertRefusedWithoutCertificate: a client that trusts the webhook's CA
+// but has no certificate does not get through the handshake.
+func assertRefusedWithoutCertificate(t *testing.T, base string, servingCA []byte) {
+	t.Helper()
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(servingCA.CertPEM)
-	plain := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	resp, err := plain.Post("https://"+addr+webhook.PathMutatePods, "application/json", bytes.NewReader([]byte(`{}`)))
+	if !pool.AppendCertsFromPEM(servingCA) {
+		t.Fatal("no serving CA")
+	}
+	plain := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	resp, err := plain.Post(base+webhook.PathMutatePods, "application/json", bytes.NewReader([]byte(`{}`)))
 	if err == nil {
 		resp.Body.Close()
 		t.Fatalf("a client without a certificate got HTTP %d", resp.StatusCode)
