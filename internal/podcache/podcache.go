@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"unique"
 	"unsafe"
@@ -129,16 +130,14 @@ func Slim(obj any) (any, error) {
 	return pod, nil
 }
 
-// internMeta shares the strings that pods repeat (namespace, service
-// account, label and annotation keys and values) instead of one copy each.
-// The status record, signed for each pod, is not worth it.
+// internMeta shares what pods repeat (namespace, service account, the
+// labels, annotation keys and values) instead of one copy each. The status
+// record, signed for each pod, is not worth it.
 func internMeta(pod *corev1.Pod) {
 	pod.Namespace = intern(pod.Namespace)
 	pod.GenerateName = intern(pod.GenerateName)
 	pod.Spec.ServiceAccountName = intern(pod.Spec.ServiceAccountName)
-	for k, v := range pod.Labels {
-		pod.Labels[intern(k)] = intern(v) // an existing key: the map stores the interned one
-	}
+	pod.Labels = sharedLabels.share(pod.Labels)
 	for k, v := range pod.Annotations {
 		if k != v1alpha1.AnnotationStatus {
 			v = intern(v)
@@ -207,4 +206,53 @@ func (l *containerLists) share(cs []corev1.Container) []corev1.Container {
 		}
 	}, k)
 	return cs
+}
+
+// sharedLabels holds one map of each distinct set of labels: a workload's
+// replicas carry the same ones, and a map of a few labels costs about
+// 340 bytes. Cached pods are read-only, so they may share it.
+var sharedLabels = &labelSets{sets: map[string]map[string]string{}}
+
+// maxLabelSets bounds labelSets: when it is full it starts again, leaving
+// the maps it handed out to the pods that hold them, so label sets that no
+// pod carries any more cannot pile up.
+const maxLabelSets = 16384
+
+type labelSets struct {
+	mu   sync.Mutex
+	sets map[string]map[string]string
+}
+
+// share returns the shared map equal to labels, never writing labels, which
+// on the watch list's second pass is already shared.
+func (l *labelSets) share(labels map[string]string) map[string]string {
+	if len(labels) == 0 {
+		return labels
+	}
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var key []byte
+	for _, k := range keys {
+		key = binary.AppendUvarint(key, uint64(len(k)))
+		key = append(key, k...)
+		key = binary.AppendUvarint(key, uint64(len(labels[k])))
+		key = append(key, labels[k]...)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if shared, ok := l.sets[string(key)]; ok {
+		return shared
+	}
+	if len(l.sets) >= maxLabelSets {
+		clear(l.sets)
+	}
+	shared := make(map[string]string, len(labels))
+	for k, v := range labels {
+		shared[intern(k)] = intern(v)
+	}
+	l.sets[string(key)] = shared
+	return shared
 }

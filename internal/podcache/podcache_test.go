@@ -1,6 +1,7 @@
 package podcache
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 
@@ -89,5 +90,29 @@ func TestSlimPodsShareEqualContainers(t *testing.T) {
 	}
 	if !equality.Semantic.DeepEqual(b.Spec.Containers, want) {
 		t.Errorf("slim containers %+v, want %+v", b.Spec.Containers, want)
+	}
+}
+
+func TestSlimPodsShareEqualLabels(t *testing.T) {
+	pod := func(labels map[string]string) *corev1.Pod {
+		obj, err := Slim(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: labels}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj.(*corev1.Pod)
+	}
+	given := map[string]string{"app": "x", "pod-template-hash": "1"}
+	a, b := pod(given), pod(map[string]string{"pod-template-hash": "1", "app": "x"})
+	c := pod(map[string]string{"app": "x", "pod-template-hash": "2"})
+	d := pod(map[string]string{"app": "x1", "pod-template-hash": ""}) // the same bytes, split elsewhere
+	if reflect.ValueOf(a.Labels).UnsafePointer() != reflect.ValueOf(b.Labels).UnsafePointer() {
+		t.Error("equal labels are not shared")
+	}
+	if c.Labels["pod-template-hash"] != "2" || d.Labels["app"] != "x1" || reflect.ValueOf(a.Labels).UnsafePointer() == reflect.ValueOf(d.Labels).UnsafePointer() {
+		t.Errorf("different labels are shared: %v %v", c.Labels, d.Labels)
+	}
+	given["app"] = "changed" // the shared map is a copy: the pod the apiserver sent is not it
+	if a.Labels["app"] != "x" {
+		t.Error("the shared map is the one the pod came with")
 	}
 }
