@@ -1,27 +1,71 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/kustomize/kyaml/resid"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/config"
 )
 
+// imageRepository is where a release's image is published, tagged with the
+// release's version.
+const imageRepository = "ghcr.io/sidecar-operator/sidecar-operator"
+
+// binaryVersion is this binary's version as the go command stamped it: the tag of
+// the commit it was built from (go build in a clone, go install ...@v1.2.3), a
+// pseudo-version for an untagged commit, "+dirty" with local changes, or
+// "(devel)" when nothing was stamped (go run, go test, -buildvcs=false).
+var binaryVersion = func() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		return info.Main.Version
+	}
+	return ""
+}()
+
+var (
+	releaseTag    = regexp.MustCompile(`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`)
+	pseudoVersion = regexp.MustCompile(`\d{14}-[0-9a-f]{12}$`)
+)
+
+// ManifestOptions are `sidecar-operator manifests`' flags.
+type ManifestOptions struct {
+	Namespace string
+	// Image defaults to the image of this binary's release.
+	Image string
+	// CertMode is self or cert-manager.
+	CertMode string
+	// AdminFromNamespaceLabel, key=value, names the namespaces whose pods may
+	// reach the admin port; empty, none may.
+	AdminFromNamespaceLabel string
+	// ClientAuth has the webhook require the apiserver's client certificate.
+	ClientAuth bool
+}
+
 func newManifestsCommand() *cobra.Command {
-	var namespace, image, certMode string
+	var o ManifestOptions
 	cmd := &cobra.Command{
-		Use:   "manifests [--namespace NS] [--image IMAGE] [--cert-mode self|cert-manager]",
+		Use:   "manifests [--namespace NS] [--image IMAGE] [--cert-mode self|cert-manager] [--admin-from-namespace-label KEY=VALUE] [--client-auth]",
 		Short: "Print the install as YAML, rendered from the same kustomize tree as kubectl apply -k config/default",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			out, err := RenderManifests(namespace, image, certMode)
+			out, err := RenderManifests(o)
 			if err != nil {
 				return err
 			}
@@ -30,10 +74,24 @@ func newManifestsCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&namespace, "namespace", "sidecar-operator-system", "namespace to install into")
-	f.StringVar(&image, "image", "ghcr.io/sidecar-operator/sidecar-operator:latest", "the operator's image")
-	f.StringVar(&certMode, "cert-mode", "self", "self (the operator rotates its certificates) or cert-manager")
+	f.StringVar(&o.Namespace, "namespace", "sidecar-operator-system", "namespace to install into")
+	f.StringVar(&o.Image, "image", "", "the operator's image (default "+imageRepository+":<this binary's version>; "+
+		"a build from anything but a release tag has no image of its own and needs --image)")
+	f.StringVar(&o.CertMode, "cert-mode", "self", "self (the operator rotates its certificates) or cert-manager")
+	f.StringVar(&o.AdminFromNamespaceLabel, "admin-from-namespace-label", "",
+		"key=value: the NetworkPolicy admits the admin (metrics) port from namespaces with this label; by default from none")
+	f.BoolVar(&o.ClientAuth, "client-auth", false, "the webhook requires a client certificate from the apiserver, "+
+		"issued by the CA in ConfigMap sidecar-operator-client-ca (key ca.crt), which you create in --namespace")
 	return cmd
+}
+
+// releaseImage is the image published for the release version; there is
+// none for a development build.
+func releaseImage(version string) (string, error) {
+	if !releaseTag.MatchString(version) || pseudoVersion.MatchString(version) {
+		return "", fmt.Errorf("this binary is a development build (version %q) with no published image: pass --image", version)
+	}
+	return imageRepository + ":" + version, nil
 }
 
 // splitImage splits an image reference into its name and its tag (or
@@ -48,12 +106,74 @@ func splitImage(image string) (name, tag string) {
 	return image, ""
 }
 
-// RenderManifests builds config/default, embedded in the binary, with an
-// overlay for the flags, in memory.
-func RenderManifests(namespace, image, certMode string) ([]byte, error) {
-	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
-		return nil, fmt.Errorf("--namespace %q: %s", namespace, strings.Join(errs, "; "))
+// adminIngressPatch is a JSON patch to the NetworkPolicy that admits the
+// admin port from the namespaces labelled key=value.
+func adminIngressPatch(label string) (string, error) {
+	key, value, ok := strings.Cut(label, "=")
+	if !ok {
+		return "", fmt.Errorf("--admin-from-namespace-label %q: want key=value", label)
 	}
+	if errs := append(validation.IsQualifiedName(key), validation.IsValidLabelValue(value)...); len(errs) > 0 {
+		return "", fmt.Errorf("--admin-from-namespace-label %q: %s", label, strings.Join(errs, "; "))
+	}
+	tcp, admin := corev1.ProtocolTCP, intstr.FromString("admin")
+	rule := networkingv1.NetworkPolicyIngressRule{
+		From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{key: value}}}},
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &admin}},
+	}
+	patch, err := json.Marshal([]map[string]any{{"op": "add", "path": "/spec/ingress/-", "value": rule}})
+	return string(patch), err
+}
+
+// RenderManifests builds config/default, embedded in the binary, with an
+// overlay for the options, in memory.
+func RenderManifests(o ManifestOptions) ([]byte, error) {
+	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
+		return nil, fmt.Errorf("--namespace %q: %s", o.Namespace, strings.Join(errs, "; "))
+	}
+	overlay := types.Kustomization{
+		Namespace:   o.Namespace,
+		SortOptions: &types.SortOptions{Order: types.LegacySortOrder},
+		Resources:   []string{"../config/default"},
+	}
+	switch o.CertMode {
+	case "self":
+	case "cert-manager":
+		overlay.Components = append(overlay.Components, "../config/components/cert-manager")
+	default:
+		return nil, fmt.Errorf("--cert-mode: want self or cert-manager, got %q", o.CertMode)
+	}
+	if o.ClientAuth {
+		overlay.Components = append(overlay.Components, "../config/components/client-auth")
+	}
+	if o.AdminFromNamespaceLabel != "" {
+		patch, err := adminIngressPatch(o.AdminFromNamespaceLabel)
+		if err != nil {
+			return nil, err
+		}
+		policy := &types.Selector{ResId: resid.NewResIdKindOnly("NetworkPolicy", "sidecar-operator")}
+		overlay.Patches = append(overlay.Patches, types.Patch{Patch: patch, Target: policy})
+	}
+	image := o.Image
+	if image == "" {
+		var err error
+		if image, err = releaseImage(binaryVersion); err != nil {
+			return nil, err
+		}
+	}
+	name, tag := splitImage(image)
+	replacement := types.Image{Name: "sidecar-operator", NewName: name}
+	if digest, ok := strings.CutPrefix(tag, "@"); ok {
+		replacement.Digest = digest
+	} else {
+		replacement.NewTag = tag
+	}
+	overlay.Images = []types.Image{replacement}
+	return kustomize(overlay)
+}
+
+// kustomize builds overlay, next to a copy of the config tree, in memory.
+func kustomize(overlay types.Kustomization) ([]byte, error) {
 	mem := filesys.MakeFsInMemory()
 	err := fs.WalkDir(config.Tree, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -68,23 +188,11 @@ func RenderManifests(namespace, image, certMode string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var components string
-	switch certMode {
-	case "self":
-	case "cert-manager":
-		components = "components:\n  - ../config/components/cert-manager\n"
-	default:
-		return nil, fmt.Errorf("--cert-mode: want self or cert-manager, got %q", certMode)
+	data, err := yaml.Marshal(overlay)
+	if err != nil {
+		return nil, err
 	}
-	name, tag := splitImage(image)
-	overlay := fmt.Sprintf("namespace: %s\nsortOptions:\n  order: legacy\nresources:\n  - ../config/default\n"+
-		"%simages:\n  - name: sidecar-operator\n    newName: %q\n", namespace, components, name)
-	if strings.HasPrefix(tag, "@") {
-		overlay += "    digest: \"" + tag[1:] + "\"\n"
-	} else if tag != "" {
-		overlay += "    newTag: \"" + tag + "\"\n"
-	}
-	if err := mem.WriteFile("/overlay/kustomization.yaml", []byte(overlay)); err != nil {
+	if err := mem.WriteFile("/overlay/kustomization.yaml", data); err != nil {
 		return nil, err
 	}
 	opts := krusty.MakeDefaultOptions()

@@ -1,9 +1,23 @@
 package cli
 
 import (
+	"bytes"
+	"path"
+	"slices"
 	"strings"
 	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 )
+
+const testImage = "example.com/sidecar-operator:v1"
 
 func TestManifestsTakeTheirFlags(t *testing.T) {
 	for _, tc := range []struct {
@@ -12,17 +26,21 @@ func TestManifestsTakeTheirFlags(t *testing.T) {
 		want, wantNot   []string
 		wantErrContains string
 	}{
-		{name: "defaults", args: nil,
-			want:    []string{"namespace: sidecar-operator-system", "image: ghcr.io/sidecar-operator/sidecar-operator:latest", "kind: PodDisruptionBudget", "replicas: 2"},
-			wantNot: []string{"cert-manager.io", "--cert-mode=cert-manager"}},
+		{name: "defaults", args: []string{"--image", testImage},
+			want:    []string{"namespace: sidecar-operator-system", "image: " + testImage, "kind: PodDisruptionBudget", "replicas: 2"},
+			wantNot: []string{"cert-manager.io", "--cert-mode=cert-manager", "--client-ca-file"}},
 		{name: "namespace and image with a registry port", args: []string{"--namespace", "ops", "--image", "localhost:5000/so:1.2"},
 			want: []string{"namespace: ops", "image: localhost:5000/so:1.2", "name: ops"}},
 		{name: "digest", args: []string{"--image", "example.com/so@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
 			want: []string{"image: example.com/so@sha256:0123456789abcdef"}},
-		{name: "cert-manager", args: []string{"--cert-mode", "cert-manager"},
+		{name: "cert-manager", args: []string{"--image", testImage, "--cert-mode", "cert-manager"},
 			want: []string{"cert-manager.io/inject-ca-from: sidecar-operator-system/sidecar-operator-serving", "--cert-mode=cert-manager", "kind: Certificate", "secretName: sidecar-operator-serving"}},
 		{name: "bad namespace", args: []string{"--namespace", "Not_A_Namespace"}, wantErrContains: `--namespace "Not_A_Namespace"`},
-		{name: "bad cert mode", args: []string{"--cert-mode", "openssl"}, wantErrContains: "--cert-mode"},
+		{name: "bad cert mode", args: []string{"--image", testImage, "--cert-mode", "openssl"}, wantErrContains: "--cert-mode"},
+		{name: "admin label without a value", args: []string{"--image", testImage, "--admin-from-namespace-label", "monitoring"},
+			wantErrContains: `--admin-from-namespace-label "monitoring": want key=value`},
+		{name: "admin label not a label", args: []string{"--image", testImage, "--admin-from-namespace-label", "team=a b"},
+			wantErrContains: `--admin-from-namespace-label "team=a b"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := runCLI(t, append([]string{"manifests"}, tc.args...)...)
@@ -46,5 +64,277 @@ func TestManifestsTakeTheirFlags(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// install is the rendered manifests, parsed.
+type install struct {
+	deployment appsv1.Deployment
+	policy     networkingv1.NetworkPolicy
+	quotas     []corev1.ResourceQuota
+}
+
+func renderInstall(t *testing.T, args ...string) install {
+	t.Helper()
+	out, err := runCLI(t, append([]string{"manifests"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := sidecarfile.SplitYAML(bytes.NewReader([]byte(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in install
+	deployments, policies := 0, 0
+	for _, doc := range docs {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			t.Fatal(err)
+		}
+		var into any
+		switch meta.Kind {
+		case "Deployment":
+			deployments++
+			into = &in.deployment
+		case "NetworkPolicy":
+			policies++
+			into = &in.policy
+		case "ResourceQuota":
+			in.quotas = append(in.quotas, corev1.ResourceQuota{})
+			into = &in.quotas[len(in.quotas)-1]
+		default:
+			continue
+		}
+		if err := yaml.UnmarshalStrict(doc, into); err != nil {
+			t.Fatalf("%s: %v", meta.Kind, err)
+		}
+	}
+	if deployments != 1 || policies > 1 {
+		t.Fatalf("%d Deployments and %d NetworkPolicies, want one Deployment and at most one NetworkPolicy", deployments, policies)
+	}
+	return in
+}
+
+func (in install) manager(t *testing.T) corev1.Container {
+	t.Helper()
+	for _, c := range in.deployment.Spec.Template.Spec.Containers {
+		if c.Name == "manager" {
+			return c
+		}
+	}
+	t.Fatal("no manager container")
+	return corev1.Container{}
+}
+
+func TestManifestsImageIsTheBinarysRelease(t *testing.T) {
+	saved := binaryVersion
+	t.Cleanup(func() { binaryVersion = saved })
+	for _, tc := range []struct {
+		version, image, want, wantErr string
+	}{
+		{version: "v1.4.0", want: "ghcr.io/sidecar-operator/sidecar-operator:v1.4.0"},
+		{version: "v2.0.0-rc.1", want: "ghcr.io/sidecar-operator/sidecar-operator:v2.0.0-rc.1"},
+		{version: "v1.4.0", image: "registry.example.com/so:patched", want: "registry.example.com/so:patched"},
+		{version: "(devel)", image: "registry.example.com/so:patched", want: "registry.example.com/so:patched"},
+		// Development builds: go run and go test, untagged commits, local changes.
+		{version: "(devel)", wantErr: `development build (version "(devel)") with no published image: pass --image`},
+		{version: "", wantErr: "pass --image"},
+		{version: "v0.0.0-20260101120000-0123456789ab", wantErr: "pass --image"},
+		{version: "v1.4.1-0.20260101120000-0123456789ab", wantErr: "pass --image"},
+		{version: "v1.4.0+dirty", wantErr: "pass --image"},
+	} {
+		t.Run(tc.version+" "+tc.image, func(t *testing.T) {
+			binaryVersion = tc.version
+			args := []string{"manifests"}
+			if tc.image != "" {
+				args = append(args, "--image", tc.image)
+			}
+			if tc.wantErr != "" {
+				if _, err := runCLI(t, args...); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if got := renderInstall(t, args[1:]...).manager(t).Image; got != tc.want {
+				t.Errorf("image %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// admittedPorts maps each container port the policy admits to the sources it
+// admits it from: "anywhere", or a namespace selector.
+func admittedPorts(t *testing.T, in install) map[string][]string {
+	t.Helper()
+	named := map[string]bool{}
+	for _, p := range in.manager(t).Ports {
+		named[p.Name] = true
+	}
+	admitted := map[string][]string{}
+	for _, rule := range in.policy.Spec.Ingress {
+		sources := make([]string, 0, len(rule.From))
+		for _, peer := range rule.From {
+			if peer.PodSelector != nil || peer.IPBlock != nil || peer.NamespaceSelector == nil {
+				t.Fatalf("peer %+v: want only namespace selectors", peer)
+			}
+			sources = append(sources, "namespaces "+metav1.FormatLabelSelector(peer.NamespaceSelector))
+		}
+		if len(rule.From) == 0 {
+			sources = []string{"anywhere"}
+		}
+		if len(rule.Ports) == 0 {
+			t.Fatalf("rule %+v admits every port", rule)
+		}
+		for _, p := range rule.Ports {
+			if p.Port == nil || !named[p.Port.StrVal] || p.Protocol == nil || *p.Protocol != corev1.ProtocolTCP {
+				t.Fatalf("policy port %+v: want a container port's name, TCP", p)
+			}
+			admitted[p.Port.StrVal] = append(admitted[p.Port.StrVal], sources...)
+		}
+	}
+	return admitted
+}
+
+func TestManifestsNetworkPolicyAdmitsTheWebhookFromAnywhereAndAdminFromLabelledNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want map[string][]string
+	}{
+		{name: "no admin label", want: map[string][]string{"webhook": {"anywhere"}}},
+		{name: "admin label", args: []string{"--admin-from-namespace-label", "kubernetes.io/metadata.name=monitoring"},
+			want: map[string][]string{"webhook": {"anywhere"}, "admin": {"namespaces kubernetes.io/metadata.name=monitoring"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := renderInstall(t, append([]string{"--image", testImage, "--namespace", "ops"}, tc.args...)...)
+			if in.policy.Name == "" || in.policy.Namespace != "ops" {
+				t.Fatalf("NetworkPolicy %q in namespace %q", in.policy.Name, in.policy.Namespace)
+			}
+			if !slices.Equal(in.policy.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+				t.Errorf("policyTypes %v, want Ingress alone (egress to the apiserver stays open)", in.policy.Spec.PolicyTypes)
+			}
+			selector, err := metav1.LabelSelectorAsSelector(&in.policy.Spec.PodSelector)
+			if err != nil || selector.Empty() || !selector.Matches(labels.Set(in.deployment.Spec.Template.Labels)) {
+				t.Errorf("podSelector %v does not select the operator's pods (%v)", selector, err)
+			}
+			got := admittedPorts(t, in)
+			if len(got) != len(tc.want) {
+				t.Errorf("admitted ports %v, want %v", got, tc.want)
+			}
+			for port, sources := range tc.want {
+				if !slices.Equal(got[port], sources) {
+					t.Errorf("port %s admitted from %v, want %v", port, got[port], sources)
+				}
+			}
+		})
+	}
+}
+
+func TestManifestsRunTheOperatorAtCriticalPriorityWithAQuotaThatPermitsIt(t *testing.T) {
+	in := renderInstall(t, "--image", testImage, "--namespace", "ops")
+	if got := in.deployment.Spec.Template.Spec.PriorityClassName; got != "system-cluster-critical" {
+		t.Errorf("priorityClassName %q", got)
+	}
+	covered := false
+	for _, q := range in.quotas {
+		if q.Namespace != "ops" {
+			t.Errorf("ResourceQuota %s in namespace %q", q.Name, q.Namespace)
+		}
+		if len(q.Spec.Hard) > 0 {
+			t.Errorf("ResourceQuota %s caps %v: it should only permit the class", q.Name, q.Spec.Hard)
+		}
+		for _, e := range q.Spec.ScopeSelector.MatchExpressions {
+			covered = covered || e.ScopeName == corev1.ResourceQuotaScopePriorityClass && e.Operator == corev1.ScopeSelectorOpIn &&
+				slices.Contains(e.Values, "system-cluster-critical")
+		}
+	}
+	if !covered {
+		t.Errorf("no ResourceQuota scope covers system-cluster-critical: %+v", in.quotas)
+	}
+}
+
+func TestManifestsSpreadReplicasOverNodesAndZones(t *testing.T) {
+	in := renderInstall(t, "--image", testImage)
+	spec := in.deployment.Spec.Template.Spec
+	if spec.Affinity != nil && spec.Affinity.PodAntiAffinity != nil {
+		t.Errorf("pod anti-affinity %+v beside the spread constraints", spec.Affinity.PodAntiAffinity)
+	}
+	want := map[string]corev1.UnsatisfiableConstraintAction{
+		"kubernetes.io/hostname":      corev1.DoNotSchedule,
+		"topology.kubernetes.io/zone": corev1.ScheduleAnyway,
+	}
+	if len(spec.TopologySpreadConstraints) != len(want) {
+		t.Fatalf("%d topologySpreadConstraints, want %d", len(spec.TopologySpreadConstraints), len(want))
+	}
+	for _, c := range spec.TopologySpreadConstraints {
+		if action, ok := want[c.TopologyKey]; !ok || c.WhenUnsatisfiable != action || c.MaxSkew != 1 {
+			t.Errorf("%s: %s, maxSkew %d; want %s, 1", c.TopologyKey, c.WhenUnsatisfiable, c.MaxSkew, action)
+		}
+		selector, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+		if err != nil || selector.Empty() || !selector.Matches(labels.Set(in.deployment.Spec.Template.Labels)) {
+			t.Errorf("%s: labelSelector %v does not select the operator's pods (%v)", c.TopologyKey, selector, err)
+		}
+		// A rolling update's surge pod is spread among its own ReplicaSet's pods.
+		if !slices.Equal(c.MatchLabelKeys, []string{appsv1.DefaultDeploymentUniqueLabelKey}) {
+			t.Errorf("%s: matchLabelKeys %v", c.TopologyKey, c.MatchLabelKeys)
+		}
+	}
+}
+
+func TestManifestsProbeAPlainHTTPPortOfTheirOwn(t *testing.T) {
+	// The kubelet cannot pass the client certificate --client-auth requires.
+	for name, args := range map[string][]string{"self": nil, "cert-manager": {"--cert-mode", "cert-manager"}, "client-auth": {"--client-auth"}} {
+		t.Run(name, func(t *testing.T) {
+			c := renderInstall(t, append([]string{"--image", testImage}, args...)...).manager(t)
+			if !slices.Contains(c.Args, "--health-probe-bind-address=:8081") {
+				t.Errorf("args %v lack --health-probe-bind-address=:8081", c.Args)
+			}
+			if !slices.Contains(c.Ports, corev1.ContainerPort{Name: "probes", ContainerPort: 8081}) {
+				t.Errorf("ports %+v lack probes: 8081", c.Ports)
+			}
+			for probe, want := range map[*corev1.Probe]string{c.ReadinessProbe: "/readyz", c.LivenessProbe: "/healthz"} {
+				if probe == nil || probe.HTTPGet == nil {
+					t.Fatalf("probe for %s missing or not HTTP", want)
+				}
+				get := probe.HTTPGet
+				if get.Path != want || get.Port.StrVal != "probes" || get.Scheme != corev1.URISchemeHTTP {
+					t.Errorf("probe %s on port %s over %s; want %s on probes over HTTP", get.Path, get.Port.String(), get.Scheme, want)
+				}
+			}
+		})
+	}
+}
+
+func TestManifestsClientAuthMountsTheClientCA(t *testing.T) {
+	const caFile = "/etc/sidecar-operator/client-ca/ca.crt"
+	for _, mode := range []string{"self", "cert-manager"} {
+		t.Run(mode, func(t *testing.T) {
+			in := renderInstall(t, "--image", testImage, "--cert-mode", mode, "--client-auth")
+			c := in.manager(t)
+			if !slices.Contains(c.Args, "--client-ca-file="+caFile) {
+				t.Errorf("args %v lack --client-ca-file=%s", c.Args, caFile)
+			}
+			if mode == "cert-manager" && !slices.Contains(c.Args, "--tls-cert-file=/certs/tls.crt") {
+				t.Errorf("args %v lost cert-manager's", c.Args)
+			}
+			i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == path.Dir(caFile) })
+			if i < 0 || !c.VolumeMounts[i].ReadOnly {
+				t.Fatalf("no read-only mount at %s: %+v", path.Dir(caFile), c.VolumeMounts)
+			}
+			volumes := in.deployment.Spec.Template.Spec.Volumes
+			j := slices.IndexFunc(volumes, func(v corev1.Volume) bool { return v.Name == c.VolumeMounts[i].Name })
+			if j < 0 {
+				t.Fatalf("no volume %s: %+v", c.VolumeMounts[i].Name, volumes)
+			}
+			// No items and not optional: every key, ca.crt among them, and no
+			// pod until the ConfigMap exists.
+			if cm := volumes[j].ConfigMap; cm == nil || cm.Name != "sidecar-operator-client-ca" || cm.Items != nil || cm.Optional != nil {
+				t.Errorf("volume %+v, want ConfigMap sidecar-operator-client-ca, all keys, required", volumes[j])
+			}
+		})
+	}
+	c := renderInstall(t, "--image", testImage).manager(t)
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--client-ca-file") }) || len(c.VolumeMounts) > 0 {
+		t.Errorf("without --client-auth: args %v, mounts %+v", c.Args, c.VolumeMounts)
 	}
 }

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -180,17 +181,16 @@ func browse(t *testing.T, token, ns string) {
 	if chromium == "" {
 		t.Fatal("CHROMIUM is not set: make test installs Debian's chromium with hack/ensure-chromium.sh")
 	}
-	listen, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	out, w := io.Pipe()
 	go func() {
 		root := cli.NewRootCommand()
-		root.SetOut(io.Discard)
-		root.SetArgs([]string{"dashboard", "--url", adminURL, "--insecure-skip-tls-verify", "--token", token, "--listen", listen, "--kubeconfig", kubeconfig})
-		done <- root.ExecuteContext(ctx)
+		root.SetOut(w)
+		root.SetArgs([]string{"dashboard", "--url", adminURL, "--insecure-skip-tls-verify", "--token", token, "--listen", "127.0.0.1:0"})
+		err := root.ExecuteContext(ctx)
+		_ = w.Close()
+		done <- err
 	}()
 	defer func() {
 		cancel()
@@ -198,7 +198,19 @@ func browse(t *testing.T, token, ns string) {
 			t.Errorf("dashboard: %v", err)
 		}
 	}()
-	waitHTTP(t, "http://"+listen+"/")
+	// The page is only under the secret path the command prints.
+	var page string
+	lines := bufio.NewScanner(out)
+	for page == "" && lines.Scan() {
+		if line := strings.TrimSpace(lines.Text()); strings.HasPrefix(line, "http://") {
+			page = line
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if page == "" {
+		t.Fatal("dashboard printed no URL")
+	}
+	waitHTTP(t, page)
 
 	artifacts, err := filepath.Abs(filepath.Join("..", "..", "bin", "test-artifacts"))
 	if err != nil {
@@ -212,7 +224,7 @@ func browse(t *testing.T, token, ns string) {
 		args = append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 			"--disable-background-networking", "--disable-component-update", "--disable-sync",
 			"--user-data-dir=" + t.TempDir(), "--window-size=1280,900", "--virtual-time-budget=10000"}, args...)
-		args = append(args, "http://"+listen+"/")
+		args = append(args, page)
 		cmd := exec.Command(chromium, args...)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr

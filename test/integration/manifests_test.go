@@ -3,24 +3,34 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/cli"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 )
 
-// TestManifestsInstall renders `sidecar-operator manifests` and has the
-// apiserver accept every object (server-side dry run; no kubelet to run it).
-func TestManifestsInstall(t *testing.T) {
-	ctx := context.Background()
-	out, err := cli.RenderManifests("so-install", "example.com/sidecar-operator:v1", "self")
+// renderedObjects renders `sidecar-operator manifests` with every option on.
+func renderedObjects(t *testing.T, namespace string) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := cli.RenderManifests(cli.ManifestOptions{Namespace: namespace, Image: "example.com/sidecar-operator:v1", CertMode: "self",
+		AdminFromNamespaceLabel: "kubernetes.io/metadata.name=monitoring", ClientAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,15 +38,48 @@ func TestManifestsInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds := map[string]int{}
+	var objs []*unstructured.Unstructured
 	for _, doc := range docs {
 		obj := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
 			t.Fatal(err)
 		}
-		if len(obj.Object) == 0 {
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+	return objs
+}
+
+// operatorPod is a pod of the rendered Deployment's template, as its
+// ReplicaSet would create it.
+func operatorPod(t *testing.T, objs []*unstructured.Unstructured) *corev1.Pod {
+	t.Helper()
+	for _, obj := range objs {
+		if obj.GetKind() != "Deployment" {
 			continue
 		}
+		var d appsv1.Deployment
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &d); err != nil {
+			t.Fatal(err)
+		}
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: d.Name + "-", Namespace: d.Namespace, Labels: d.Spec.Template.Labels},
+			Spec:       d.Spec.Template.Spec,
+		}
+	}
+	t.Fatal("no Deployment in the manifests")
+	return nil
+}
+
+// TestManifestsInstall renders `sidecar-operator manifests` and has the
+// apiserver accept every object (server-side dry run; no kubelet to run it),
+// and a pod of the Deployment, which admission gives its priority class.
+func TestManifestsInstall(t *testing.T) {
+	ctx := context.Background()
+	objs := renderedObjects(t, "so-install")
+	kinds := map[string]int{}
+	for _, obj := range objs {
 		kinds[obj.GetKind()]++
 		opts := []client.CreateOption{client.DryRunAll}
 		if obj.GetKind() == "Namespace" {
@@ -66,7 +109,8 @@ func TestManifestsInstall(t *testing.T) {
 		}
 	}
 	want := map[string]int{"ClusterRole": 2} // the operator's, and sidecar-operator-viewer for its admin port
-	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "PodDisruptionBudget", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "CustomResourceDefinition"} {
+	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service",
+		"PodDisruptionBudget", "NetworkPolicy", "ResourceQuota", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "CustomResourceDefinition"} {
 		if n := max(want[kind], 1); kinds[kind] != n {
 			t.Errorf("%d %s objects in the install, want %d", kinds[kind], kind, n)
 		}
@@ -75,6 +119,83 @@ func TestManifestsInstall(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Name: "so-install"}, &ns); err != nil || ns.Labels["sidecar-operator.io/webhook"] != "disabled" {
 		t.Errorf("namespace %+v: %v", ns.Labels, err)
 	}
+
+	// kube-apiserver's Priority plugin admits system-cluster-critical outside
+	// kube-system, and resolves its value.
+	pod := operatorPod(t, objs)
+	if err := k8s.Create(ctx, pod, client.DryRunAll); err != nil {
+		t.Fatalf("a pod of the Deployment: %v", err)
+	}
+	var class schedulingv1.PriorityClass
+	if err := k8s.Get(ctx, client.ObjectKey{Name: pod.Spec.PriorityClassName}, &class); err != nil {
+		t.Fatal(err)
+	}
+	if pod.Spec.Priority == nil || *pod.Spec.Priority != class.Value {
+		t.Errorf("pod priority %v, want %s's %d", pod.Spec.Priority, class.Name, class.Value)
+	}
+}
+
+// TestManifestsCriticalPriorityWhereTheClassIsLimited starts a kube-apiserver
+// that limits the critical priority classes by default, as GKE's does: its
+// ResourceQuota admission admits such a pod only in a namespace with a
+// ResourceQuota whose scope covers the class. The manifests bring one.
+func TestManifestsCriticalPriorityWhereTheClassIsLimited(t *testing.T) {
+	ctx := context.Background()
+	admission := filepath.Join(t.TempDir(), "admission.yaml")
+	err := os.WriteFile(admission, []byte(`apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ResourceQuota
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: ResourceQuotaConfiguration
+    limitedResources:
+    - resource: pods
+      matchScopes:
+      - scopeName: PriorityClass
+        operator: In
+        values: [system-node-critical, system-cluster-critical]
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{}
+	env.ControlPlane.GetAPIServer().Configure().Set("admission-control-config-file", admission)
+	limitedCfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+	c, err := client.New(limitedCfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Without the manifests' quota, the pod is refused.
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "no-quota"}}); err != nil {
+		t.Fatal(err)
+	}
+	objs := renderedObjects(t, "no-quota")
+	err = c.Create(ctx, operatorPod(t, objs), client.DryRunAll)
+	if err == nil || !strings.Contains(err.Error(), "insufficient quota to match these scopes") {
+		t.Fatalf("a critical pod in a namespace without a quota: %v, want insufficient quota", err)
+	}
+
+	// With it, admitted.
+	objs = renderedObjects(t, "limited")
+	for _, obj := range objs {
+		if kind := obj.GetKind(); kind == "Namespace" || kind == "ResourceQuota" {
+			if err := c.Create(ctx, obj); err != nil {
+				t.Fatalf("%s %s: %v", kind, obj.GetName(), err)
+			}
+		}
+	}
+	eventually(t, 10*time.Second, func() error {
+		if err := c.Create(ctx, operatorPod(t, objs), client.DryRunAll); err != nil {
+			return fmt.Errorf("a pod of the Deployment beside the manifests' quota: %w", err)
+		}
+		return nil
+	})
 }
 
 func yamlOf(t *testing.T, v any) string {

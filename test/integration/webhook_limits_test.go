@@ -77,8 +77,7 @@ func TestServeHoldsStalledBodiesInBoundedMemory(t *testing.T) {
 
 	// Each attacker announces a 7 MiB review, sends all but the last 64 KiB
 	// and waits; the server may refuse it early, which ends its writes.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context() // closes the attackers' connections
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	refused := 0
