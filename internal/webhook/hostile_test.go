@@ -111,32 +111,10 @@ func (r *statusRecorder) WriteHeader(code int) { r.code = code }
 // TestSlowHeadersAreCutOff: a client that sends its headers slowly loses its
 // connection, and the server goes on serving others.
 func TestSlowHeadersAreCutOff(t *testing.T) {
-	ca, err := certs.NewCA("test", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue([]string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := leaf.TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := testServer(t)
-	srv.Addr, srv.TLSConfig, srv.ReadHeaderTimeout = "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}}, 300*time.Millisecond
-	addrc := make(chan net.Addr, 1)
-	srv.Listening = func(a net.Addr) { addrc <- a }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	addr := (<-addrc).String()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	}()
+	srv.ReadHeaderTimeout = 300 * time.Millisecond
+	srv.TLSConfig = ServerTLSConfig()
+	addr := startServer(t, srv, testCertificate(t))
 
 	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // test server
 	if err != nil {
@@ -164,4 +142,42 @@ func TestSlowHeadersAreCutOff(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || !r.Response.Allowed {
 		t.Fatalf("after the slow client: %v %+v", err, r.Response)
 	}
+}
+
+// testCertificate is an ECDSA serving certificate for 127.0.0.1.
+func testCertificate(t *testing.T) tls.Certificate {
+	t.Helper()
+	ca, err := certs.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue([]string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := leaf.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair
+}
+
+// startServer starts srv on a free loopback port with the certificates, and
+// stops it when the test ends.
+func startServer(t *testing.T, srv *Server, certificates ...tls.Certificate) string {
+	t.Helper()
+	srv.Addr = "127.0.0.1:0"
+	srv.TLSConfig.Certificates = certificates
+	addrc := make(chan net.Addr, 1)
+	srv.Listening = func(a net.Addr) { addrc <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	return (<-addrc).String()
 }

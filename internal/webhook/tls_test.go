@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 )
 
 // TestTLSPolicy makes real handshakes with the webhook server, offering one
@@ -65,33 +63,9 @@ func TestTLSPolicy(t *testing.T) {
 // ECDSA and an RSA certificate, so that the suites of either can be offered.
 func startTLSPolicyServer(t *testing.T) string {
 	t.Helper()
-	ca, err := certs.NewCA("test", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue([]string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ecdsaPair, err := leaf.TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := testServer(t)
-	srv.Addr, srv.TLSConfig = "127.0.0.1:0", ServerTLSConfig()
-	srv.TLSConfig.Certificates = []tls.Certificate{ecdsaPair, rsaCertificate(t)}
-	addrc := make(chan net.Addr, 1)
-	srv.Listening = func(a net.Addr) { addrc <- a }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	return (<-addrc).String()
+	srv.TLSConfig = ServerTLSConfig()
+	return startServer(t, srv, testCertificate(t), rsaCertificate(t))
 }
 
 func handshake(addr string, cfg *tls.Config) (tls.ConnectionState, error) {

@@ -32,6 +32,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
+	"github.com/sidecar-operator/sidecar-operator/test/proc"
 )
 
 // runOperator measures the operator at scale: pods already injected with
@@ -116,7 +117,7 @@ func runOperator(args []string) error {
 	if err != nil {
 		return fmt.Errorf("not converged after %s: %w (status %+v)", converged.Round(time.Second), err, agent.Status)
 	}
-	rss, err := peakRSS(cmd.Process.Pid)
+	rss, err := proc.PeakRSS(cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -297,23 +298,6 @@ func scalePod(engine *inject.Engine, ring *signing.Ring, name string, i, namespa
 		return nil, err
 	}
 	return res.Pod, nil
-}
-
-// peakRSS reads a process's high-water resident set size.
-func peakRSS(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
 // saveHeapProfile writes the operator's heap profile, after a collection.

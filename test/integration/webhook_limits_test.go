@@ -11,13 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
+	"github.com/sidecar-operator/sidecar-operator/test/proc"
 )
 
 // TestServeHoldsStalledBodiesInBoundedMemory attacks `serve` as anyone who
@@ -122,7 +121,7 @@ func TestServeHoldsStalledBodiesInBoundedMemory(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("a normal review took %s while %d bodies stall, want ≤ 2s", took, stalled)
 	}
-	rss, err := peakRSS(serve.Process.Pid)
+	rss, err := proc.PeakRSS(serve.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,21 +141,6 @@ func buildOperator(t *testing.T, dir string) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// peakRSS reads a process's high-water resident set size.
-func peakRSS(pid int) (int64, error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kib << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
 func readTestdata(t *testing.T, name string) []byte {
