@@ -10,7 +10,6 @@ import (
 	"net"
 	"testing"
 	"time"
-
 )
 
 // TestTLSPolicy makes real handshakes with the webhook server, offering one
