@@ -43,6 +43,14 @@ const (
 	// AnnotationCopiedFrom on a copy names its source, namespace/name.
 	AnnotationCopiedFrom = "sidecar-operator.io/copied-from"
 	// AnnotationRotate on the operator's certificate or signing key Secret
-	// asks for a rotation.
+	// asks for a rotation: "ca", "ca-revoke" (a new CA, and the older ones
+	// dropped once the serving certificate has moved to it) or "leaf" on the
+	// certificate Secret, "key" on the signing key Secret.
 	AnnotationRotate = "sidecar-operator.io/rotate"
+	// AnnotationCAFingerprints on the operator's MutatingWebhookConfiguration
+	// records the SHA-256 fingerprints of the webhook CAs the operator made;
+	// only those are published into the caBundles. It is there, not on the
+	// certificate Secret, because only the operator and cluster administrators
+	// write webhook configurations.
+	AnnotationCAFingerprints = "sidecar-operator.io/ca-fingerprints"
 )

@@ -1,8 +1,11 @@
 // Package certrotation keeps the webhook's CA and serving certificate in a
 // Secret, renews them before they expire, and gives every replica the current
-// serving certificate. During a CA rotation the trust bundle carries the old
-// and the new CA, and the serving certificate moves to the new CA only once
-// the bundle has been published, so that no request fails across a rotation.
+// serving certificate. The trust bundle published into the webhook
+// configurations' caBundles holds only CAs the operator made, as recorded
+// where only it and cluster administrators write. During a CA rotation the
+// bundle carries the old and the new CA, and the serving certificate moves to
+// the new CA only once every caBundle has been read back holding it and the
+// publish delay has passed, so that no request fails across a rotation.
 package certrotation
 
 import (
@@ -23,9 +26,13 @@ const (
 	KeyCert   = corev1.TLSCertKey
 	KeyKey    = corev1.TLSPrivateKeyKey
 
-	// annotationBundleSince records when the bundle last gained a CA: the
-	// serving certificate moves to that CA only after PublishDelay.
-	annotationBundleSince = "sidecar-operator.io/bundle-since"
+	// annotationRevoke marks a rotation asked for with rotate=ca-revoke
+	// until the older CAs are dropped. Whoever can write the Secret can set
+	// or clear it, as they can ask for any rotation.
+	annotationRevoke = "sidecar-operator.io/revoke-older-cas"
+	// legacyAnnotationBundleSince was written by earlier versions; the
+	// publish delay now counts from an observation kept in memory.
+	legacyAnnotationBundleSince = "sidecar-operator.io/bundle-since"
 )
 
 // state is what the Secret holds, parsed.

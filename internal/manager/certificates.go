@@ -77,9 +77,12 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 			return nil, nil, err
 		}
 		rotator := &certrotation.Rotator{
-			Client: mgr.GetClient(), Opts: certOpts, Log: log.WithName("certificates"),
-			Publish: func(ctx context.Context, bundle []byte) error {
-				return publish(ctx, mgr.GetClient(), bundle)
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Opts: certOpts, Log: log.WithName("certificates"),
+			Events: mgr.GetEventRecorder("sidecar-operator-certificates"),
+			Webhooks: &certrotation.WebhookConfigurations{
+				Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+				Mutating: opts.WebhookConfigName, Validating: opts.ValidatingConfigName,
+				Ensure: publish,
 			},
 		}
 		isConfig := predicate.NewPredicateFuncs(func(o client.Object) bool {
@@ -99,7 +102,8 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 			Complete(rotator); err != nil {
 			return nil, nil, err
 		}
-		tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: keeper.GetCertificate}
+		tlsConfig := webhook.ServerTLSConfig()
+		tlsConfig.GetCertificate = keeper.GetCertificate
 		return tlsConfig, func(ctx context.Context) error {
 			issuer := keeper.Issuer()
 			if issuer == nil {
@@ -132,7 +136,8 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 	})); err != nil {
 		return nil, nil, err
 	}
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: watcher.GetCertificate}
+	tlsConfig := webhook.ServerTLSConfig()
+	tlsConfig.GetCertificate = watcher.GetCertificate
 	return tlsConfig, func(ctx context.Context) error { return trusted(ctx, nil) }, requireClientCertificates(tlsConfig, opts)
 }
 
