@@ -13,7 +13,7 @@ import (
 // addWebhookLimitFlags gives a command that serves the webhook its limits.
 func addWebhookLimitFlags(f *pflag.FlagSet, l *webhook.Limits) {
 	f.IntVar(&l.MaxInFlight, webhook.FlagMaxInFlight, webhook.DefaultMaxInFlight,
-		"reviews handled at once (0: the default); more are answered 429 at once, and the apiserver retries or applies failurePolicy")
+		"reviews handled at once; more are answered 429 at once, and the apiserver retries or applies failurePolicy")
 	l.MaxBufferedBytes = webhook.DefaultMaxBufferedBytes
 	f.Var((*mebibytes)(&l.MaxBufferedBytes), webhook.FlagMaxBufferedBytes,
 		"MiB of request bodies held at once, each counted at its declared length from its headers on; "+
