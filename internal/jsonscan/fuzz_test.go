@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -28,6 +29,38 @@ func FuzzScanner(f *testing.F) {
 		s.Reset(doc)
 		if got, _ := s.String(); got != want {
 			t.Fatalf("String() = %q, encoding/json %q", got, want)
+		}
+	})
+}
+
+// FuzzCount checks Count against encoding/json's tokens on every valid
+// document.
+func FuzzCount(f *testing.F) {
+	for _, seed := range []string{`{"a":[{},[]],"b":"{[\"]}"}`, `[{},{},{}]`, `"\\"`, `{"k\"{":[1, -2.5e3,true ,null]}`, ` 12 `} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		got := Count(doc) // on any input: must not panic
+		if !json.Valid(doc) {
+			return
+		}
+		var want Counts
+		dec := json.NewDecoder(bytes.NewReader(doc))
+		for {
+			tok, err := dec.Token()
+			if err != nil {
+				break
+			}
+			switch tok {
+			case json.Delim('{'), json.Delim('['):
+				want.Containers++
+			case json.Delim('}'), json.Delim(']'):
+			default:
+				want.Scalars++
+			}
+		}
+		if got != want {
+			t.Fatalf("Count(%q) = %+v, encoding/json counts %+v", doc, got, want)
 		}
 	})
 }

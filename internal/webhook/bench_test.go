@@ -4,17 +4,26 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
-// BenchmarkMutatePod is one review through the handler: read, decode, inject, encode.
+// BenchmarkMutatePod is one review through the handler (read, decode,
+// inject, encode), alone and behind the server's limits, which also count
+// what decoding the review will cost.
 func BenchmarkMutatePod(b *testing.B) {
 	for _, tc := range []struct{ name, file string }{
 		{"realistic", "admissionreview-pod.json"},
 		{"large", "admissionreview-large-pod.json"},
+		{"realistic/limited", "admissionreview-pod.json"},
+		{"large/limited", "admissionreview-large-pod.json"},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			m := newMutator(b)
+			var h http.Handler = m
+			if strings.HasSuffix(tc.name, "/limited") {
+				h = (&Server{Mutator: m}).Handler()
+			}
 			body := testReview(b, tc.file)
 			rec := httptest.NewRecorder()
 			b.SetBytes(int64(len(body)))
@@ -23,7 +32,7 @@ func BenchmarkMutatePod(b *testing.B) {
 				req := httptest.NewRequest(http.MethodPost, PathMutatePods, bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				rec.Body.Reset()
-				m.ServeHTTP(rec, req)
+				h.ServeHTTP(rec, req)
 				if rec.Code != http.StatusOK {
 					b.Fatal(rec.Body)
 				}

@@ -101,6 +101,29 @@ func checkRequest(w http.ResponseWriter, r *http.Request) (ok bool) {
 	return true
 }
 
+// reviewHandler answers a review whose body *in holds; it may reuse the
+// memory of *in for its answer.
+type reviewHandler func(w http.ResponseWriter, r *http.Request, in *[]byte)
+
+// serveReview checks the request and reads its body, with no limits, for h.
+func serveReview(w http.ResponseWriter, r *http.Request, h reviewHandler) {
+	if !checkRequest(w, r) {
+		return
+	}
+	in := bufPool.Get().(*[]byte)
+	defer putBuf(in)
+	if readInto(w, r, in) {
+		h(w, r, in)
+	}
+}
+
+// readInto reads the body into *in, answering failures; ok says go on.
+func readInto(w http.ResponseWriter, r *http.Request, in *[]byte) (ok bool) {
+	body, ok := readRequest(w, r, (*in)[:0])
+	*in = body
+	return ok
+}
+
 // readRequest reads the body into buf within MaxRequestBytes, answering
 // failures; ok says go on. A declared length sizes the buffer once, so that
 // a body is never held twice while it grows.
@@ -128,10 +151,11 @@ func writeResponse(w http.ResponseWriter, payload []byte) {
 	_, _ = w.Write(payload)
 }
 
-func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !checkRequest(w, r) {
-		return
-	}
+// ServeHTTP answers a review with no limits; Server.Handler applies them.
+func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) { serveReview(w, r, m.review) }
+
+// review answers the review whose body *in holds.
+func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte) {
 	engine := m.Engines.Engine()
 	if engine == nil {
 		http.Error(w, "sidecar definitions are not loaded yet", http.StatusServiceUnavailable)
@@ -148,18 +172,9 @@ func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		signer = ring
 	}
 
-	in := bufPool.Get().(*[]byte)
 	out := bufPool.Get().(*[]byte)
-	defer func() {
-		putBuf(in)
-		putBuf(out)
-	}()
-	body, ok := readRequest(w, r, (*in)[:0])
-	*in = body[:0]
-	if !ok {
-		return
-	}
-
+	defer putBuf(out)
+	body := *in
 	var review podReview
 	if err := decodePodReview(body, &review); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)

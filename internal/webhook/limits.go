@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
 )
 
 // Limits bound what one replica takes on at once, so that no caller can
@@ -15,20 +17,23 @@ import (
 type Limits struct {
 	// MaxInFlight is how many reviews are handled at once.
 	MaxInFlight int
-	// MaxBufferedBytes is how many bytes of request bodies are held at once,
-	// across reviews. A review holds its declared length from its headers
-	// on; one that declares none holds MaxRequestBytes.
+	// MaxBufferedBytes is how many bytes reviews hold at once. A review
+	// holds its declared length from its headers on (one that declares none,
+	// MaxRequestBytes); once read, also what decoding it will cost
+	// (decodeCost), before decoding starts.
 	MaxBufferedBytes int64
 }
 
-// Defaults: a pod review is a few KiB, so 64 MiB holds thousands of them,
-// or nine of the largest the apiserver can send.
+// Defaults: a pod review is a few KiB, so 64 MiB holds thousands of them
+// with their decoding, or three of the largest the apiserver can send.
 const (
 	DefaultMaxInFlight      = 256
 	DefaultMaxBufferedBytes = 64 << 20
 	// largeBody is where a review starts to draw on the share of the budget
 	// that small reviews cannot be crowded out of.
 	largeBody = 1 << 20
+	// minBufferedBytes holds a review of MaxRequestBytes and its decoding.
+	minBufferedBytes = 32 << 20
 )
 
 // Flag names the refusals cite, so that an operator knows what to raise.
@@ -42,9 +47,9 @@ func (l Limits) Validate() error {
 	if l.MaxInFlight < 0 {
 		return fmt.Errorf("--%s must be at least 1, got %d", FlagMaxInFlight, l.MaxInFlight)
 	}
-	if l.MaxBufferedBytes != 0 && l.MaxBufferedBytes < 2*MaxRequestBytes {
-		return fmt.Errorf("--%s must hold two of the largest reviews, %d MiB, got %d MiB",
-			FlagMaxBufferedBytes, 2*MaxRequestBytes>>20, l.MaxBufferedBytes>>20)
+	if l.MaxBufferedBytes != 0 && l.MaxBufferedBytes < minBufferedBytes {
+		return fmt.Errorf("--%s must be at least %d, to hold the largest review and its decoding, got %d",
+			FlagMaxBufferedBytes, minBufferedBytes>>20, l.MaxBufferedBytes>>20)
 	}
 	return nil
 }
@@ -74,8 +79,11 @@ func newLimiter(l Limits) *limiter {
 	}
 }
 
-func (l *limiter) wrap(next http.Handler) http.Handler {
+func (l *limiter) wrap(h reviewHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !checkRequest(w, r) {
+			return
+		}
 		if r.ContentLength > MaxRequestBytes {
 			http.Error(w, fmt.Sprintf("request body of %d bytes exceeds the limit of %d", r.ContentLength, MaxRequestBytes), http.StatusRequestEntityTooLarge)
 			return
@@ -85,24 +93,71 @@ func (l *limiter) wrap(next http.Handler) http.Handler {
 			return
 		}
 		defer l.inFlight.Release(1)
-		held := r.ContentLength
-		if held < 0 {
-			held = MaxRequestBytes
+		declared := r.ContentLength
+		if declared < 0 {
+			declared = MaxRequestBytes
 		}
-		if held > largeBody {
-			if !l.large.TryAcquire(held) {
-				refuse(w, fmt.Sprintf("large request bodies already fill their share of %d MiB (--%s)", l.limits.MaxBufferedBytes>>20, FlagMaxBufferedBytes))
-				return
-			}
-			defer l.large.Release(held)
-		}
-		if !l.buffered.TryAcquire(held) {
-			refuse(w, fmt.Sprintf("request bodies already fill %d MiB (--%s)", l.limits.MaxBufferedBytes>>20, FlagMaxBufferedBytes))
+		release, ok := l.hold(w, declared)
+		if !ok {
 			return
 		}
-		defer l.buffered.Release(held)
-		next.ServeHTTP(w, r)
+		in := bufPool.Get().(*[]byte)
+		defer putBuf(in)
+		if !readInto(w, r, in) {
+			release()
+			return
+		}
+		// Decoding costs more than the body: hold that too, before it starts.
+		release()
+		if release, ok = l.hold(w, declared+decodeCost(*in)); !ok {
+			return
+		}
+		defer release()
+		h(w, r, in)
 	})
+}
+
+// What decoding a review into Go values holds, from its body: about its
+// length again (the strings, and the objects the validators keep raw), up to
+// about 1.5 KiB for each object or array (a corev1.Container decoded from the
+// 2 bytes "{}" is 408 bytes before any field is set, and slices grow by
+// doubling), and for each scalar its string or slice header.
+const (
+	costPerContainer = 2 << 10
+	costPerScalar    = 64
+)
+
+func decodeCost(body []byte) int64 {
+	n := jsonscan.Count(body)
+	return int64(len(body)) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*costPerScalar
+}
+
+// hold takes n bytes of the budget, answering if it cannot: 413 when n is
+// more than any review may hold, 429 when others hold too much now.
+func (l *limiter) hold(w http.ResponseWriter, n int64) (release func(), ok bool) {
+	if largeShare := l.limits.MaxBufferedBytes * 3 / 4; n > largeShare {
+		http.Error(w, fmt.Sprintf("decoding this review would hold %d MiB, more than any review may (3/4 of --%s=%d): it has too many JSON objects and arrays",
+			n>>20, FlagMaxBufferedBytes, l.limits.MaxBufferedBytes>>20), http.StatusRequestEntityTooLarge)
+		return nil, false
+	}
+	large := n > largeBody
+	if large && !l.large.TryAcquire(n) {
+		refuse(w, fmt.Sprintf("large reviews already fill their share of %d MiB (--%s)", l.limits.MaxBufferedBytes>>20, FlagMaxBufferedBytes))
+		return nil, false
+	}
+	if !l.buffered.TryAcquire(n) {
+		if large {
+			l.large.Release(n)
+		}
+		refuse(w, fmt.Sprintf("reviews already fill %d MiB (--%s)", l.limits.MaxBufferedBytes>>20, FlagMaxBufferedBytes))
+		return nil, false
+	}
+	return func() {
+		l.buffered.Release(n)
+		if large {
+			l.large.Release(n)
+		}
+	}, true
 }
 
 // refuse answers 429 and closes the connection, whose unread body the

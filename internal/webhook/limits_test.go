@@ -94,12 +94,12 @@ func TestLimitsRefuseAtOnceAndNameTheLimit(t *testing.T) {
 }
 
 func TestLimitsValidate(t *testing.T) {
-	for _, l := range []Limits{{MaxInFlight: -1}, {MaxInFlight: 1, MaxBufferedBytes: 8 << 20}} {
+	for _, l := range []Limits{{MaxInFlight: -1}, {MaxInFlight: 1, MaxBufferedBytes: 31 << 20}} {
 		if err := l.Validate(); err == nil {
 			t.Errorf("%+v: valid, want an error", l)
 		}
 	}
-	for _, l := range []Limits{{}, {MaxInFlight: 1, MaxBufferedBytes: 14 << 20}} {
+	for _, l := range []Limits{{}, {MaxInFlight: 1, MaxBufferedBytes: 32 << 20}} {
 		if err := l.Validate(); err != nil {
 			t.Errorf("%+v: %v", l, err)
 		}

@@ -56,14 +56,7 @@ type review struct {
 	} `json:"request"`
 }
 
-func (v *Validator) read(w http.ResponseWriter, r *http.Request, want string) (*review, bool) {
-	if !checkRequest(w, r) {
-		return nil, false
-	}
-	body, ok := readRequest(w, r, nil)
-	if !ok {
-		return nil, false
-	}
+func (v *Validator) read(w http.ResponseWriter, body []byte, want string) (*review, bool) {
 	var rv review
 	if err := json.Unmarshal(body, &rv); err != nil {
 		http.Error(w, "request body is not an AdmissionReview: "+err.Error(), http.StatusBadRequest)
@@ -88,9 +81,14 @@ func answer(w http.ResponseWriter, rv *review, denial string) {
 	writeResponse(w, resp.appendJSON(nil))
 }
 
-// ValidateSidecars judges a created or updated Sidecar against the others.
+// ValidateSidecars judges a created or updated Sidecar against the others,
+// with no limits; Server.Handler applies them.
 func (v *Validator) ValidateSidecars(w http.ResponseWriter, r *http.Request) {
-	rv, ok := v.read(w, r, "Sidecar")
+	serveReview(w, r, v.validateSidecars)
+}
+
+func (v *Validator) validateSidecars(w http.ResponseWriter, r *http.Request, in *[]byte) {
+	rv, ok := v.read(w, *in, "Sidecar")
 	if !ok {
 		return
 	}
@@ -142,9 +140,14 @@ func (v *Validator) ValidateSidecars(w http.ResponseWriter, r *http.Request) {
 }
 
 // ValidatePods rejects forged and tampered injection records, unless the
-// namespace turns validation off.
+// namespace turns validation off; with no limits, which Server.Handler
+// applies.
 func (v *Validator) ValidatePods(w http.ResponseWriter, r *http.Request) {
-	rv, ok := v.read(w, r, "Pod")
+	serveReview(w, r, v.validatePods)
+}
+
+func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]byte) {
+	rv, ok := v.read(w, *in, "Pod")
 	if !ok {
 		return
 	}

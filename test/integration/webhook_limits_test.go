@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,51 +29,8 @@ func TestServeHoldsStalledBodiesInBoundedMemory(t *testing.T) {
 		stalled   = 60
 		bodyBytes = 7 << 20
 		sent      = bodyBytes - 64<<10
-		maxRSS    = 300 << 20
 	)
-	dir := t.TempDir()
-	bin := buildOperator(t, dir)
-	ca, err := certs.NewCA("limits test CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := ca.Issue([]string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	for path, data := range map[string][]byte{certFile: serving.CertPEM, keyFile: serving.KeyPEM} {
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	addr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	serve := exec.Command(bin, "serve", "--addr", addr, "--sidecars", filepath.Join("..", "..", "examples"),
-		"--tls-cert-file", certFile, "--tls-private-key-file", keyFile)
-	serve.Env = append(os.Environ(), "GOMEMLIMIT=off", "GOGC=100") // the defaults a user gets
-	if testing.Verbose() {
-		serve.Stderr = os.Stderr
-	}
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
-
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	tlsConfig := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
-	eventually(t, 20*time.Second, func() error {
-		resp, err := client.Get("https://" + addr + "/healthz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
-	})
+	addr, tlsConfig, client, serve := startServe(t)
 
 	// Each attacker announces a 7 MiB review, sends all but the last 64 KiB
 	// and waits; the server may refuse it early, which ends its writes.
@@ -121,14 +79,136 @@ func TestServeHoldsStalledBodiesInBoundedMemory(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("a normal review took %s while %d bodies stall, want ≤ 2s", took, stalled)
 	}
+	assertPeakRSS(t, serve, fmt.Sprintf("%d stalled 7 MiB bodies", stalled))
+}
+
+// maxServeRSS is what the attacks may cost `serve`, well inside the
+// manifests' memory limit of 512 MiB.
+const maxServeRSS = 300 << 20
+
+func assertPeakRSS(t *testing.T, serve *exec.Cmd, attack string) {
+	t.Helper()
 	rss, err := proc.PeakRSS(serve.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("serve's peak RSS with %d stalled 7 MiB bodies: %d MiB", stalled, rss>>20)
-	if rss > maxRSS {
-		t.Errorf("serve's peak RSS is %d MiB with %d stalled 7 MiB bodies, want ≤ %d MiB", rss>>20, stalled, maxRSS>>20)
+	t.Logf("serve's peak RSS with %s: %d MiB", attack, rss>>20)
+	if rss > maxServeRSS {
+		t.Errorf("serve's peak RSS is %d MiB with %s, want ≤ %d MiB", rss>>20, attack, maxServeRSS>>20)
 	}
+}
+
+// TestServeBoundsWhatDecodingCosts attacks `serve` with reviews that are
+// small but cost hundreds of times their size once decoded: 3 bytes of JSON,
+// "{}," or "\"\",", become a whole struct or a string header. 16 of them at
+// once to each endpoint, from a caller without a client certificate, leave
+// the webhook's memory bounded, and each is answered.
+func TestServeBoundsWhatDecodingCosts(t *testing.T) {
+	const (
+		concurrent = 16
+		size       = 1 << 20
+	)
+	addr, _, client, serve := startServe(t)
+	// 1 MiB, and 64 KiB: just under the most one review may cost.
+	containers := func(size int) func(string) []byte {
+		return func(path string) []byte { return amplifiedReview(path, `"containers":[`, `{}`, size) }
+	}
+	args := func(path string) []byte {
+		return amplifiedReview(path, `"containers":[{"name":"a","args":[`, `""`, size)
+	}
+	bombs := map[string]func(string) []byte{"1 MiB of empty containers": containers(size), "1 MiB of empty args": args, "64 KiB of empty containers": containers(size / 16)}
+	for name, bomb := range bombs {
+		for _, path := range []string{"/mutate-pods", "/validate-pods", "/validate-sidecars"} {
+			body := bomb(path)
+			codes := make([]int, concurrent)
+			var wg sync.WaitGroup
+			for i := range concurrent {
+				wg.Go(func() {
+					resp, err := client.Post("https://"+addr+path, "application/json", bytes.NewReader(body))
+					if err != nil {
+						t.Errorf("%s to %s: %v", name, path, err)
+						return
+					}
+					resp.Body.Close()
+					codes[i] = resp.StatusCode
+				})
+			}
+			wg.Wait()
+			t.Logf("%d reviews of %s to %s: %v", concurrent, name, path, codes)
+		}
+	}
+	assertPeakRSS(t, serve, fmt.Sprintf("%d concurrent decoding bombs of each kind to each endpoint", concurrent))
+}
+
+// amplifiedReview is a review for path of about size bytes: open, then
+// item repeated, closing what open opened.
+func amplifiedReview(path, open, item string, size int) []byte {
+	kind, closing := "Pod", "]}"
+	if path == "/validate-sidecars" {
+		kind = "Sidecar"
+	}
+	if strings.Contains(open, "args") {
+		closing = "]}]}"
+	}
+	var b strings.Builder
+	b.WriteString(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"` + kind +
+		`"},"namespace":"default","operation":"CREATE","object":{"metadata":{"name":"p","namespace":"default"},"spec":{` + open)
+	for b.Len() < size {
+		b.WriteString(item + ",")
+	}
+	b.WriteString(item + closing + "}}")
+	return []byte(b.String())
+}
+
+// startServe runs `serve`, built without the race detector, on the
+// examples, with the memory settings a user gets, and waits until it answers.
+func startServe(t *testing.T) (addr string, tlsConfig *tls.Config, client *http.Client, serve *exec.Cmd) {
+	t.Helper()
+	dir := t.TempDir()
+	bin := buildOperator(t, dir)
+	ca, err := certs.NewCA("limits test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := ca.Issue([]string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	for path, data := range map[string][]byte{certFile: serving.CertPEM, keyFile: serving.KeyPEM} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr, err = freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve = exec.Command(bin, "serve", "--addr", addr, "--sidecars", filepath.Join("..", "..", "examples"),
+		"--tls-cert-file", certFile, "--tls-private-key-file", keyFile)
+	serve.Env = append(os.Environ(), "GOMEMLIMIT=off", "GOGC=100") // the defaults a user gets
+	if testing.Verbose() {
+		serve.Stderr = os.Stderr
+	}
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
+
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	eventually(t, 20*time.Second, func() error {
+		resp, err := client.Get("https://" + addr + "/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
+
+	return addr, tlsConfig, client, serve
 }
 
 // buildOperator builds the binary without the race detector, whose shadow
