@@ -102,7 +102,7 @@ kubectl port-forward, whose leg to the cluster the apiserver secures,
 	f := cmd.Flags()
 	f.StringVar(&target, "url", "", "the operator's admin address, https://host:port (required)")
 	f.StringVar(&listen, "listen", "127.0.0.1:8001", "loopback address to serve the page on")
-	f.StringVar(&token, "token", "", "bearer token to send (this or --token-file is required)")
+	f.StringVar(&token, "token", "", "bearer token to send (this or --token-file is required); every local user can read it with ps, so prefer --token-file")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token to send")
 	f.StringVar(&caFile, "ca-file", "", "PEM CA that signs the admin port's certificate (default: the system's)")
 	f.BoolVar(&insecure, "insecure-skip-tls-verify", false, "do not verify the admin port's certificate")

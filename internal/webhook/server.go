@@ -86,10 +86,10 @@ func (s *Server) Readiness() error {
 	return nil
 }
 
-// NewHTTPServer is the HTTP server the webhook runs in: HTTP/1.1 and 2 over
-// TLS, with timeouts so that a slow or stalled client cannot hold a connection.
-// The server's own messages, mostly clients that drop a TLS handshake, go to
-// log at debug level.
+// NewHTTPServer is the HTTP server the webhook runs in: HTTP/1.1 over TLS
+// (its listener offers no ALPN, so no HTTP/2), with timeouts so that a slow
+// or stalled client cannot hold a connection. The server's own messages,
+// mostly clients that drop a TLS handshake, go to log at debug level.
 func NewHTTPServer(handler http.Handler, tlsConfig *tls.Config, log logr.Logger) *http.Server {
 	return &http.Server{
 		Handler:           handler,
