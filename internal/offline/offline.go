@@ -1,21 +1,26 @@
 // Package offline injects sidecars into manifests: Pods and the pod templates
-// of workloads, in multi-document YAML and kind List, without a cluster.
+// of workloads, in multi-document YAML, JSON and lists, without a cluster.
 package offline
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
+	"unicode"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	corev1 "k8s.io/api/core/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
-	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 )
 
 // templatePaths says where each workload kind keeps its pod template.
@@ -38,64 +43,150 @@ type Injector struct {
 	Warn func(string)
 }
 
-// Inject reads YAML documents from r and writes them to w, injected. Documents
-// with nothing to inject are written as they came. Nothing is written unless
-// every document succeeds, so a failure never leaves half an output.
+// Inject reads documents from r, as readDocuments does, and writes them to w,
+// injected. Documents with nothing to inject are written as they came;
+// injected ones are re-encoded, YAML keeping the comments it starts with
+// (such as Helm's "# Source:"). Nothing is written unless every document
+// succeeds, so a failure never leaves half an output.
 func (in *Injector) Inject(r io.Reader, w io.Writer) error {
-	docs, err := sidecarfile.SplitYAML(r)
+	docs, err := readDocuments(r)
 	if err != nil {
-		return fmt.Errorf("reading YAML: %w", err)
+		return err
 	}
+	// JSON objects alone are written one after another, as kubectl reads
+	// JSON: after a "---" it would read the rest as YAML.
+	allJSON := !slices.ContainsFunc(docs, func(doc document) bool { return !doc.json })
 	var out bytes.Buffer
 	for i, doc := range docs {
-		changed, err := in.document(doc)
+		changed, err := walk(doc.object, in.DefaultNamespace, func(_, tmpl map[string]any, namespace, field string) (bool, error) {
+			return in.pod(tmpl, namespace, field)
+		})
 		if err != nil {
-			return fmt.Errorf("document %d%s: %w", i+1, describe(doc), err)
+			return fmt.Errorf("document %d%s: %w", i+1, describeObject(doc.object), err)
 		}
-		if i > 0 {
+		if i > 0 && !allJSON {
 			out.WriteString("---\n")
 		}
-		if changed == nil {
-			out.Write(doc)
-			if !bytes.HasSuffix(doc, []byte("\n")) {
-				out.WriteByte('\n')
+		text := doc.source
+		if changed {
+			if text, err = doc.encode(); err != nil {
+				return fmt.Errorf("document %d%s: %w", i+1, describeObject(doc.object), err)
 			}
-			continue
 		}
-		out.Write(changed)
+		out.Write(text)
+		if !bytes.HasSuffix(text, []byte("\n")) {
+			out.WriteByte('\n')
+		}
 	}
 	_, err = w.Write(out.Bytes())
 	return err
 }
 
-// document returns the injected YAML of one document, or nil if unchanged.
-func (in *Injector) document(doc []byte) ([]byte, error) {
-	raw, err := yaml.YAMLToJSON(doc)
-	if err != nil {
-		return nil, fmt.Errorf("not valid YAML: %w", err)
-	}
-	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, fmt.Errorf("not a Kubernetes object: %w", err)
-	}
-	changed, err := in.object(obj)
-	if err != nil || !changed {
-		return nil, err
-	}
-	return yaml.Marshal(obj)
+// document is one object of a manifest.
+type document struct {
+	// source is the document as written, comments included.
+	source []byte
+	object map[string]any
+	// json is set for a document written as JSON, which is written back as JSON.
+	json bool
 }
 
-// object injects into obj in place and reports whether it changed.
-func (in *Injector) object(obj map[string]any) (bool, error) {
-	return walk(obj, in.DefaultNamespace, in.pod)
+// readDocuments reads a manifest as kubectl does: YAML documents separated by
+// "---", where a document that starts with "{" may be JSON, one object or
+// several in a row. JSON is decoded as JSON: YAML lacks some of it, such as
+// the surrogate pair escapes that encode emoji. A document of comments only,
+// such as a license header, is kept with no object.
+func readDocuments(r io.Reader) ([]document, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
+	var docs []document
+	for {
+		chunk, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading YAML: %w", err)
+		}
+		if len(bytes.TrimSpace(chunk)) == 0 {
+			continue
+		}
+		raws, isJSON := jsonObjects(chunk)
+		if !isJSON {
+			raw, err := yaml.YAMLToJSON(chunk)
+			if err != nil {
+				return nil, fmt.Errorf("document %d: not valid YAML: %w", len(docs)+1, err)
+			}
+			raws = []json.RawMessage{raw}
+		}
+		for _, raw := range raws {
+			doc := document{source: chunk, json: isJSON}
+			if isJSON {
+				doc.source = raw
+			}
+			if err := json.Unmarshal(raw, &doc.object); err != nil {
+				return nil, fmt.Errorf("document %d: not a Kubernetes object: %w", len(docs)+1, err)
+			}
+			docs = append(docs, doc)
+		}
+	}
+}
+
+// jsonObjects splits a chunk made of JSON values only; ok is false otherwise.
+func jsonObjects(chunk []byte) (values []json.RawMessage, ok bool) {
+	if !bytes.HasPrefix(bytes.TrimLeftFunc(chunk, unicode.IsSpace), []byte("{")) {
+		return nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(chunk))
+	for {
+		var v json.RawMessage
+		if err := dec.Decode(&v); errors.Is(err, io.EOF) {
+			return values, true
+		} else if err != nil {
+			return nil, false
+		}
+		values = append(values, v)
+	}
+}
+
+// encode encodes an injected document in the language it was written in:
+// JSON indented as kubectl prints it, or YAML after the comments it started with.
+func (doc *document) encode() ([]byte, error) {
+	if doc.json {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "    ")
+		err := enc.Encode(doc.object)
+		return b.Bytes(), err
+	}
+	text, err := yaml.Marshal(doc.object)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Concat(leadingComments(doc.source), text), nil
+}
+
+// leadingComments returns the lines a YAML document starts with that hold no
+// data: comments, blank lines and the "---" the first document may start with.
+func leadingComments(doc []byte) []byte {
+	n := 0
+	for n < len(doc) {
+		line, _, _ := bytes.Cut(doc[n:], []byte("\n"))
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' && !bytes.HasPrefix(t, []byte("---")) {
+			break
+		}
+		n = min(n+len(line)+1, len(doc))
+	}
+	return doc[:n]
 }
 
 // podVisitor is called on each Pod or pod template of a document, held as a
-// map; field is where the template sits ("" for a Pod). It reports whether
-// it changed the map.
-type podVisitor func(tmpl map[string]any, namespace, field string) (bool, error)
+// map, with the object that holds it (the Pod itself for a Pod); field is
+// where the template sits ("" for a Pod). It reports whether it changed tmpl.
+type podVisitor func(owner, tmpl map[string]any, namespace, field string) (bool, error)
 
-// walk visits the Pods and pod templates of obj, a document or a List.
+// walk visits the Pods and pod templates of obj, a document or a list such as
+// kind List or DeploymentList.
 func walk(obj map[string]any, defaultNamespace string, visit podVisitor) (bool, error) {
 	kind, _ := obj["kind"].(string)
 	namespace := defaultNamespace
@@ -104,7 +195,7 @@ func walk(obj map[string]any, defaultNamespace string, visit podVisitor) (bool, 
 			namespace = ns
 		}
 	}
-	if kind == "List" {
+	if strings.HasSuffix(kind, "List") {
 		items, _ := obj["items"].([]any)
 		changed := false
 		for i, item := range items {
@@ -124,7 +215,7 @@ func walk(obj map[string]any, defaultNamespace string, visit podVisitor) (bool, 
 		if v, _ := obj["apiVersion"].(string); v != "v1" {
 			return false, nil
 		}
-		return visit(obj, namespace, "")
+		return visit(obj, obj, namespace, "")
 	}
 	path, ok := templatePaths[kind]
 	if !ok {
@@ -138,14 +229,19 @@ func walk(obj map[string]any, defaultNamespace string, visit podVisitor) (bool, 
 		}
 		tmpl = next
 	}
-	return visit(tmpl, namespace, "."+strings.Join(path, "."))
+	return visit(obj, tmpl, namespace, "."+strings.Join(path, "."))
 }
 
 // decodePod decodes a Pod or pod template held as a map, strictly, as the
-// apiserver would; raw is its metadata and spec as JSON.
+// apiserver would; raw is its metadata and spec as JSON, each only if present.
 func decodePod(obj map[string]any, field string) (raw []byte, pod *corev1.Pod, err error) {
-	raw, err = json.Marshal(map[string]any{"metadata": obj["metadata"], "spec": obj["spec"]})
-	if err != nil {
+	parts := map[string]any{}
+	for _, key := range []string{"metadata", "spec"} {
+		if v, ok := obj[key]; ok {
+			parts[key] = v
+		}
+	}
+	if raw, err = json.Marshal(parts); err != nil {
 		return nil, nil, err
 	}
 	pod = &corev1.Pod{}
@@ -159,13 +255,16 @@ func decodePod(obj map[string]any, field string) (raw []byte, pod *corev1.Pod, e
 	return raw, pod, nil
 }
 
-// pod injects into a Pod or pod template held as a map, in place.
+// pod injects into a Pod or pod template held as a map, in place. The patch
+// is made from raw, the JSON it applies to, not from the typed pod: a
+// template without metadata has an empty one once typed, and a patch made
+// for that would not apply.
 func (in *Injector) pod(obj map[string]any, namespace, field string) (bool, error) {
-	raw, pod, err := decodePod(obj, field)
+	raw, _, err := decodePod(obj, field)
 	if err != nil {
 		return false, err
 	}
-	res, err := in.Engine.Inject(pod, namespace, inject.DefaultNamespaceLabels, nil)
+	res, err := in.Engine.InjectJSON(raw, namespace, inject.DefaultNamespaceLabels, nil, nil)
 	if err != nil {
 		return false, err
 	}
@@ -192,7 +291,7 @@ func (in *Injector) pod(obj map[string]any, namespace, field string) (bool, erro
 	if err := json.Unmarshal(mutated, &parts); err != nil {
 		return false, err
 	}
-	obj["metadata"], obj["spec"] = parts["metadata"], parts["spec"]
+	maps.Copy(obj, parts)
 	return true, nil
 }
 
@@ -201,15 +300,6 @@ func orPod(field string) string {
 		return "pod"
 	}
 	return field
-}
-
-// describe names a document by kind and name when it can.
-func describe(doc []byte) string {
-	var obj map[string]any
-	if yaml.Unmarshal(doc, &obj) != nil {
-		return ""
-	}
-	return describeObject(obj)
 }
 
 func describeObject(obj map[string]any) string {
@@ -241,54 +331,29 @@ type ManifestPod struct {
 	Pod       *corev1.Pod
 }
 
-// Pods returns the Pods and pod templates of the YAML documents in r, in
-// order, each decoded strictly.
+// Pods returns the Pods and pod templates of the documents in r, read as
+// Inject reads them, in order, each decoded strictly.
 func Pods(r io.Reader, defaultNamespace string) ([]ManifestPod, error) {
-	docs, err := sidecarfile.SplitYAML(r)
+	docs, err := readDocuments(r)
 	if err != nil {
-		return nil, fmt.Errorf("reading YAML: %w", err)
+		return nil, err
 	}
 	var out []ManifestPod
 	for i, doc := range docs {
-		raw, err := yaml.YAMLToJSON(doc)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: not valid YAML: %w", i+1, err)
-		}
-		var obj map[string]any
-		if err := json.Unmarshal(raw, &obj); err != nil {
-			return nil, fmt.Errorf("document %d: not a Kubernetes object: %w", i+1, err)
-		}
-		var current map[string]any
-		visit := func(tmpl map[string]any, namespace, field string) (bool, error) {
+		_, err := walk(doc.object, defaultNamespace, func(owner, tmpl map[string]any, namespace, field string) (bool, error) {
 			_, pod, err := decodePod(tmpl, field)
 			if err != nil {
 				return false, err
 			}
-			source := nameOf(current)
+			source := nameOf(owner)
 			if field != "" {
 				source += " " + field
 			}
 			out = append(out, ManifestPod{Source: source, Namespace: namespace, Pod: pod})
 			return false, nil
-		}
-		// A List's items are described by the list's walk; describe the document itself otherwise.
-		current = obj
-		if kind, _ := obj["kind"].(string); kind == "List" {
-			items, _ := obj["items"].([]any)
-			for j, item := range items {
-				m, ok := item.(map[string]any)
-				if !ok {
-					return nil, fmt.Errorf("document %d: items[%d] is not an object", i+1, j)
-				}
-				current = m
-				if _, err := walk(m, defaultNamespace, visit); err != nil {
-					return nil, fmt.Errorf("document %d items[%d]%s: %w", i+1, j, describeObject(m), err)
-				}
-			}
-			continue
-		}
-		if _, err := walk(obj, defaultNamespace, visit); err != nil {
-			return nil, fmt.Errorf("document %d%s: %w", i+1, describeObject(obj), err)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("document %d%s: %w", i+1, describeObject(doc.object), err)
 		}
 	}
 	return out, nil
