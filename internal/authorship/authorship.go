@@ -44,6 +44,12 @@ func (c *Checker) Check(ctx context.Context, user authenticationv1.UserInfo, sc,
 	if old != nil && equality.Semantic.DeepEqual(&sc.Spec, &old.Spec) {
 		return nil, nil
 	}
+	if n := reviewsNeeded(sc); n > MaxReviews {
+		// Asked one by one, they would hold the webhook and the apiserver.
+		return field.ErrorList{field.Forbidden(spec, fmt.Sprintf("judging what this Sidecar grants takes %d SubjectAccessReviews "+
+			"(a namespace each, and each rule's apiGroups × resources × verbs × resourceNames), more than the %d the webhook asks for one Sidecar: "+
+			"use fewer names, or wildcards the author holds", n, MaxReviews))}, nil
+	}
 	var errs field.ErrorList
 	// The Sidecar's containers run in every pod it selects, with that pod's
 	// ServiceAccount and Secrets: its author must be able to create those pods.
@@ -87,7 +93,7 @@ func (c *Checker) Check(ctx context.Context, user authenticationv1.UserInfo, sc,
 					if len(lacking) > 0 {
 						errs = append(errs, field.Forbidden(group.path.Index(i), fmt.Sprintf(
 							"%s does not hold %s, and a Sidecar grants only what its author holds cluster-wide (or holds escalate and bind on clusterroles)",
-							user.Username, strings.Join(lacking, ", "))))
+							user.Username, listSome(lacking))))
 					}
 				}
 			}
@@ -145,6 +151,37 @@ func SelectableNamespaces(sel *metav1.LabelSelector) []string {
 	}
 	slices.Sort(names)
 	return slices.Compact(names)
+}
+
+// MaxReviews bounds the SubjectAccessReviews asked for one Sidecar: a few
+// rules of a few names each take tens.
+const MaxReviews = 512
+
+// reviewsNeeded counts the SubjectAccessReviews Check would ask, before it
+// asks any: a rule's lists multiply.
+func reviewsNeeded(sc *v1alpha1.Sidecar) int {
+	n := len(SelectableNamespaces(sc.Spec.NamespaceSelector)) + 3 // escalate, bind, the pull secret
+	if rbac := sc.Spec.RBAC; rbac != nil {
+		for _, rules := range [][]rbacv1.PolicyRule{rbac.Rules, rbac.ClusterRules} {
+			for i := range rules {
+				r := &rules[i]
+				n += len(r.APIGroups)*len(r.Resources)*len(r.Verbs)*max(len(r.ResourceNames), 1) + len(r.NonResourceURLs)*len(r.Verbs)
+				if n > MaxReviews {
+					return n // the products may be large enough to overflow
+				}
+			}
+		}
+	}
+	return n
+}
+
+// listSome joins the first of items, saying how many more there are.
+func listSome(items []string) string {
+	const most = 20
+	if len(items) <= most {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:most], ", "), len(items)-most)
 }
 
 // lacking lists, as "verb resource" phrases, what of rule the user lacks.

@@ -3,6 +3,7 @@ package authorship
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -147,6 +148,50 @@ func TestCheck(t *testing.T) {
 				if a.User != "alice" || a.UID != "u1" || !slices.Equal(a.Groups, user.Groups) || len(a.Extra["scopes"]) != 1 {
 					t.Fatalf("a review not asked as the author: %+v", a)
 				}
+			}
+		})
+	}
+}
+
+// TestCheckBoundsTheReviewsItAsks: a rule's lists multiply into
+// SubjectAccessReviews, so a Sidecar of a few KiB could have the webhook ask
+// millions; past MaxReviews none is asked, and a denial lists a few of the
+// requests lacked and counts the rest.
+func TestCheckBoundsTheReviewsItAsks(t *testing.T) {
+	list := func(prefix string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = prefix + strconv.Itoa(i)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name      string
+		rule      rbacv1.PolicyRule
+		wantAsked bool
+		want      string
+	}{
+		{name: "40 of each list: 2,560,000 requests", rule: rbacv1.PolicyRule{APIGroups: list("g", 40), Resources: list("r", 40), Verbs: list("v", 40),
+			ResourceNames: list("n", 40)}, want: "takes 2560004 SubjectAccessReviews"},
+		{name: "within the budget", rule: rbacv1.PolicyRule{APIGroups: []string{""}, Resources: list("r", 30), Verbs: list("v", 10)},
+			wantAsked: true, want: "and 280 more"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			asked := 0
+			c := &Checker{Review: func(context.Context, authorizationv1.SubjectAccessReviewSpec) (bool, error) {
+				asked++
+				return false, nil // holds nothing
+			}}
+			sc := &v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: v1alpha1.SidecarSpec{RBAC: &v1alpha1.SidecarRBAC{Rules: []rbacv1.PolicyRule{tc.rule}}}}
+			errs, err := c.Check(context.Background(), authenticationv1.UserInfo{Username: "stranger"}, sc, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (asked > 0) != tc.wantAsked || asked > MaxReviews {
+				t.Errorf("asked %d SubjectAccessReviews", asked)
+			}
+			if got := errs.ToAggregate(); got == nil || !strings.Contains(got.Error(), tc.want) || len(got.Error()) > 4096 {
+				t.Errorf("errors %v, want one of at most 4 KiB saying %q", got, tc.want)
 			}
 		})
 	}

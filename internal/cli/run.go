@@ -89,7 +89,8 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 	f.StringVar(&opts.CertSecret, "cert-secret", "sidecar-operator-certs", "Secret holding the CA and serving certificate (--cert-mode self)")
 	f.DurationVar(&opts.Certificates.CAValidity, "ca-validity", 365*24*time.Hour, "lifetime of a new CA; replaced at 2/3 of it")
 	f.DurationVar(&opts.Certificates.LeafValidity, "cert-validity", 90*24*time.Hour, "lifetime of a new serving certificate; renewed at 2/3 of it")
-	f.DurationVar(&opts.Certificates.PublishDelay, "ca-publish-delay", 10*time.Second, "how long after every webhook's caBundle was read back holding a new CA the serving certificate moves to it")
+	f.DurationVar(&opts.Certificates.PublishDelay, "ca-publish-delay", 10*time.Second,
+		"how long after every webhook's caBundle was read back holding a new CA the serving certificate moves to it")
 	f.StringVar(&opts.Namespace, "namespace", "", "namespace of the certificate Secret and the leader lease "+
 		"(default: POD_NAMESPACE in a cluster, sidecar-operator-system outside, created if missing)")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to write; every replica serves the webhook")

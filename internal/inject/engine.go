@@ -206,7 +206,8 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 
 	existing := &p.existing
 	if raw, ok := annotations[v1alpha1.AnnotationStatus]; ok {
-		if err := encjson.Unmarshal([]byte(raw), existing); err != nil {
+		var err error
+		if *existing, err = ParseStatus(raw); err != nil {
 			p.denials = append(p.denials, fmt.Sprintf("annotation %s is not valid injection status JSON: %v", v1alpha1.AnnotationStatus, err))
 			if p.trace != nil {
 				p.trace.all(VerdictDenied, p.denials[0])

@@ -391,3 +391,16 @@ func TestImagePullSecretsAreAddedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusAnnotationIsBoundedBeforeDecoding: a pod creator writes the
+// status annotation, and the webhook reads it before the apiserver checks
+// annotation sizes; a record costs 3 bytes, "{},", and 88 once decoded.
+func TestStatusAnnotationIsBoundedBeforeDecoding(t *testing.T) {
+	huge := `{"sidecars":[` + strings.Repeat(`{},`, MaxStatusBytes/3) + `{}]}`
+	if _, err := ParseStatus(huge); err == nil || !strings.Contains(err.Error(), "more than the") {
+		t.Errorf("a %d-byte status parsed: %v", len(huge), err)
+	}
+	if s, err := ParseStatus(`{"sidecars":[{"name":"a","revision":"1"}]}`); err != nil || len(s.Sidecars) != 1 {
+		t.Errorf("a status the webhook writes: %+v, %v", s, err)
+	}
+}

@@ -130,11 +130,27 @@ func InjectedSidecars(annotations map[string]string) []v1alpha1.InjectionRecord 
 	if !ok {
 		return nil
 	}
-	var status v1alpha1.InjectionStatus
-	if encjson.Unmarshal([]byte(raw), &status) != nil {
+	status, err := ParseStatus(raw)
+	if err != nil {
 		return nil
 	}
 	return status.Sidecars
+}
+
+// MaxStatusBytes bounds the status annotation: the webhook writes a record
+// of a few hundred bytes per injected Sidecar. A pod creator writes the
+// annotation too, and the mutating webhook reads it before the apiserver
+// checks its size, so it is refused before it is decoded.
+const MaxStatusBytes = 64 << 10
+
+// ParseStatus reads the status annotation's value.
+func ParseStatus(raw string) (v1alpha1.InjectionStatus, error) {
+	var status v1alpha1.InjectionStatus
+	if len(raw) > MaxStatusBytes {
+		return status, fmt.Errorf("%d bytes, more than the %d any the webhook writes", len(raw), MaxStatusBytes)
+	}
+	err := encjson.Unmarshal([]byte(raw), &status)
+	return status, err
 }
 
 // podVolume looks up a typed pod's volumes by name.

@@ -1,8 +1,8 @@
 package validation
 
 import (
-	"encoding/json"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -28,7 +28,7 @@ var statusPath = field.NewPath("metadata", "annotations").Key(v1alpha1.Annotatio
 func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) field.ErrorList {
 	records, err := parseRecords(pod)
 	if err != nil {
-		return field.ErrorList{field.Invalid(statusPath, pod.Annotations[v1alpha1.AnnotationStatus], err.Error())}
+		return field.ErrorList{field.Invalid(statusPath, abbreviate(pod.Annotations[v1alpha1.AnnotationStatus]), err.Error())}
 	}
 	if old != nil {
 		return podUpdate(pod, old, engine)
@@ -97,8 +97,8 @@ func parseRecords(pod *corev1.Pod) ([]v1alpha1.InjectionRecord, error) {
 	if !ok {
 		return nil, nil
 	}
-	var status v1alpha1.InjectionStatus
-	if err := json.Unmarshal([]byte(raw), &status); err != nil {
+	status, err := inject.ParseStatus(raw)
+	if err != nil {
 		return nil, fmt.Errorf("not valid injection status JSON: %v", err)
 	}
 	return status.Sidecars, nil
@@ -119,4 +119,14 @@ func containerPath(pod *corev1.Pod, name string) *field.Path {
 		}
 	}
 	return field.NewPath("spec", "containers").Key(name)
+}
+
+// abbreviate keeps a denial short whatever the value it quotes: the
+// annotation may be as long as a pod creator likes.
+func abbreviate(s string) string {
+	const most = 256
+	if len(s) <= most {
+		return s
+	}
+	return strings.ToValidUTF8(s[:most], "") + "…"
 }

@@ -121,7 +121,9 @@ func (l *limiter) wrap(h reviewHandler) http.Handler {
 // length again (the strings, and the objects the validators keep raw), up to
 // about 1.5 KiB for each object or array (a corev1.Container decoded from the
 // 2 bytes "{}" is 408 bytes before any field is set, and slices grow by
-// doubling), and for each scalar its string or slice header.
+// doubling), and for each scalar its string or slice header. The status
+// annotation, a JSON document inside a string, is bounded on its own
+// (inject.MaxStatusBytes).
 const (
 	costPerContainer = 2 << 10
 	costPerScalar    = 64
@@ -129,7 +131,14 @@ const (
 
 func decodeCost(body []byte) int64 {
 	n := jsonscan.Count(body)
-	return int64(len(body)) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*costPerScalar
+	// encoding/json turns each byte of invalid UTF-8 into U+FFFD, 3 bytes.
+	nonASCII := 0
+	for _, b := range body {
+		if b >= 0x80 {
+			nonASCII++
+		}
+	}
+	return int64(len(body)+2*nonASCII) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*costPerScalar
 }
 
 // hold takes n bytes of the budget, answering if it cannot: 413 when n is

@@ -98,11 +98,12 @@ func assertPeakRSS(t *testing.T, serve *exec.Cmd, attack string) {
 	}
 }
 
-// TestServeBoundsWhatDecodingCosts attacks `serve` with reviews that are
-// small but cost hundreds of times their size once decoded: 3 bytes of JSON,
-// "{}," or "\"\",", become a whole struct or a string header. 16 of them at
-// once to each endpoint, from a caller without a client certificate, leave
-// the webhook's memory bounded, and each is answered.
+// TestServeBoundsWhatDecodingCosts attacks `serve` with reviews that cost
+// far more than their size once decoded: 3 bytes of JSON, "{}," or "\"\",",
+// become a whole struct or a string header, also inside the status
+// annotation's string, and invalid UTF-8 triples. 16 of them at once to each
+// endpoint, from a caller without a client certificate, leave the webhook's
+// memory bounded, and each is answered. The two security reviews found these.
 func TestServeBoundsWhatDecodingCosts(t *testing.T) {
 	const (
 		concurrent = 16
@@ -116,7 +117,20 @@ func TestServeBoundsWhatDecodingCosts(t *testing.T) {
 	args := func(path string) []byte {
 		return amplifiedReview(path, `"containers":[{"name":"a","args":[`, `""`, size)
 	}
-	bombs := map[string]func(string) []byte{"1 MiB of empty containers": containers(size), "1 MiB of empty args": args, "64 KiB of empty containers": containers(size / 16)}
+	// JSON inside a string: the status annotation, priced as one scalar.
+	records := func(string) []byte {
+		status := `{\"sidecars\":[` + strings.Repeat(`{},`, 1<<20) + `{}]}`
+		return bytes.Replace(readTestdata(t, "admissionreview-pod.json"), []byte(`"annotations":{`),
+			[]byte(`"annotations":{"sidecar-operator.io/status":"`+status+`",`), 1)
+	}
+	// Each byte of invalid UTF-8 decodes to U+FFFD, 3 bytes.
+	invalidUTF8 := func(path string) []byte {
+		return amplifiedReview(path, `"containers":[{"name":"a","args":["`+string(bytes.Repeat([]byte{0xff}, 6<<20))+`"`, `""`, 0)
+	}
+	bombs := map[string]func(string) []byte{
+		"1 MiB of empty containers": containers(size), "1 MiB of empty args": args, "64 KiB of empty containers": containers(size / 16),
+		"3 MiB of records in the status annotation": records, "6 MiB of invalid UTF-8": invalidUTF8,
+	}
 	for name, bomb := range bombs {
 		for _, path := range []string{"/mutate-pods", "/validate-pods", "/validate-sidecars"} {
 			body := bomb(path)
