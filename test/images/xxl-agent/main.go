@@ -13,7 +13,7 @@
 // logs what came back and answers {"code": 200, "msg": "<output>"}, or code
 // 500 with the error. "executorParams": "<namespace>/<pod>" aims the same
 // command at that pod instead: with the Sidecar's RoleBinding, which covers
-// only its own namespace, the API answers Forbidden.
+// only its own namespace, the API forbids it, and the error is the answer.
 package main
 
 import (
@@ -33,11 +33,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/streaming/pkg/httpstream"
 )
 
 type agent struct {
@@ -133,37 +133,47 @@ func (a *agent) run(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := a.exec(r.Context(), namespace, pod, command)
 	res := result{Code: http.StatusOK, Msg: out}
-	switch {
-	case apierrors.IsForbidden(err):
-		log.Printf("job %d: exec %q in %s/%s/%s: forbidden: %v", t.JobID, command, namespace, pod, a.container, err)
-		res = result{Code: http.StatusInternalServerError, Msg: "forbidden: " + err.Error()}
-	case err != nil:
+	if err != nil {
 		log.Printf("job %d: exec %q in %s/%s/%s: %v", t.JobID, command, namespace, pod, a.container, err)
 		res = result{Code: http.StatusInternalServerError, Msg: err.Error()}
-	default:
+	} else {
 		log.Printf("job %d: exec %q in %s/%s/%s returned:\n%s", t.JobID, command, namespace, pod, a.container, out)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(res)
 }
 
-// exec runs command in the target container of namespace/pod over the API's
-// WebSocket exec protocol and returns its stdout and stderr.
+// exec runs command in the target container of namespace/pod through the
+// API's pods/exec and returns its stdout and stderr. Like kubectl, it tries
+// WebSocket first and falls back to SPDY when the upgrade fails: a WebSocket
+// exec is a GET, which RBAC checks as "get pods/exec", while the Sidecar's
+// rules grant "create", which is what SPDY's POST asks for.
 func (a *agent) exec(ctx context.Context, namespace, pod string, command []string) (string, error) {
-	req := a.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).
+	url := a.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).
 		SubResource("exec").VersionedParams(&corev1.PodExecOptions{
 		Container: a.container,
 		Command:   command,
 		Stdout:    true,
 		Stderr:    true,
-	}, scheme.ParameterCodec)
-	executor, err := remotecommand.NewWebSocketExecutor(a.config, http.MethodGet, req.URL().String())
+	}, scheme.ParameterCodec).URL()
+	websocket, err := remotecommand.NewWebSocketExecutor(a.config, http.MethodGet, url.String())
 	if err != nil {
 		return "", err
 	}
-	var out bytes.Buffer
-	err = executor.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
-	return out.String(), err
+	spdy, err := remotecommand.NewSPDYExecutor(a.config, http.MethodPost, url)
+	if err != nil {
+		return "", err
+	}
+	// k8s.io/streaming's IsUpgradeFailure: client-go 0.37's executors return
+	// that module's error type, which apimachinery's twin does not match.
+	executor, err := remotecommand.NewFallbackExecutor(websocket, spdy, httpstream.IsUpgradeFailure)
+	if err != nil {
+		return "", err
+	}
+	// One buffer each: the streams are copied by two goroutines.
+	var stdout, stderr bytes.Buffer
+	err = executor.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
+	return stdout.String() + stderr.String(), err
 }
 
 // register announces the executor to the job admin as xxl-job's executors do
