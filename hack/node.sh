@@ -75,7 +75,7 @@ ensure_packages() {
 # node's own changes for the host's.
 save_host() {
   [ -f "$dir/sysctl.before" ] && return 0
-  local s
+  local s cmd
   for s in "${sysctls[@]}"; do echo "$s=$(sysctl -n "$s")"; done > "$dir/sysctl.before.tmp"
   for cmd in iptables ip6tables; do
     "$cmd-save" 2>/dev/null | awk '/^:/ {print substr($1, 2)}' | sort -u > "$dir/$cmd.before"
@@ -111,7 +111,14 @@ EOF
 }
 
 import_images() {
-  (cd "$root" && go run ./test/images/build -o bin/images)
+  # Rebuilt only when test/images or the module changed: linking them takes
+  # longer than the rest of a warm up.
+  local stamp="$root/bin/images/.built"
+  if [ ! -f "$stamp" ] || [ -n "$(find "$root/test/images" "$root/go.mod" "$root/go.sum" -newer "$stamp" -print -quit)" ]; then
+    mkdir -p "$root/bin/images" && touch "$stamp.new"
+    (cd "$root" && go run ./test/images/build -o bin/images)
+    mv "$stamp.new" "$stamp"
+  fi
   local tar
   for tar in "$root"/bin/images/*.tar; do
     ctr --address "$socket" -n k8s.io images import "$tar" >/dev/null
@@ -238,8 +245,7 @@ kill_tasks() {
 # the rules that jump to them, in one iptables-restore per table.
 remove_chains() {
   local cmd=$1 before=$dir/$1.before
-  command -v "$cmd-save" >/dev/null || return 0
-  [ -f "$before" ] || : > "$before"
+  [ -f "$before" ] || return 0
   "$cmd-save" 2>/dev/null | awk -v prefixes="$chain_prefixes" -v before="$before" '
     BEGIN { while ((getline c < before) > 0) old[c] = 1 }
     /^\*/ { table = $0; n = 0; delete gone; delete dels; next }
@@ -260,7 +266,7 @@ remove_chains() {
     }' > "$dir/$cmd.cleanup"
   if [ -s "$dir/$cmd.cleanup" ]; then
     "$cmd-restore" --noflush < "$dir/$cmd.cleanup"
-    log "removed $cmd chains: $(grep '^-X' "$dir/$cmd.cleanup" | cut -d' ' -f2 | sort | tr '\n' ' ')"
+    log "removed $cmd chains: $(grep '^-X' "$dir/$cmd.cleanup" | cut -d' ' -f2 | sort -u | tr '\n' ' ')"
   fi
   rm -f "$dir/$cmd.cleanup"
 }
@@ -269,6 +275,9 @@ remove_chains() {
 mounts_under() { awk -v d="$1" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r; }
 
 down() {
+  # up makes $dir before it starts or changes anything, and a finished down
+  # removes it: without it there is nothing to undo.
+  [ -d "$dir" ] || return 0
   local start=$SECONDS
   stop kube-scheduler
   running kubelet && delete_pods
@@ -278,6 +287,8 @@ down() {
   stop containerd
   if ip link show cni0 >/dev/null 2>&1; then ip link delete cni0; log "deleted cni0"; fi
   rm -f "$cni_conf"
+  rm -rf /var/lib/cni/networks/sidecar-operator # host-local's leases: none are held now
+  rm -rf /var/log/pods/* /var/log/containers/*  # the kubelet's container logs
   remove_chains iptables
   remove_chains ip6tables
   if [ -f "$dir/sysctl.before" ]; then
