@@ -78,14 +78,17 @@ func run(listen string, beat time.Duration) error {
 		container: os.Getenv("CONTAINER_NAME"),
 	}
 	admin, job := os.Getenv("XXL_JOB_ADDR"), os.Getenv("XXL_JOB_NAME")
-	env := map[string]string{
-		"NAMESPACE": a.namespace, "POD_NAME": a.pod, "CONTAINER_NAME": a.container,
-		"XXL_JOB_ADDR": admin, "XXL_JOB_NAME": job,
-	}
-	for name, v := range env {
-		if v == "" {
-			return fmt.Errorf("%s is not set", name)
+	var missing []string
+	for _, env := range []struct{ name, value string }{
+		{"XXL_JOB_ADDR", admin}, {"XXL_JOB_NAME", job}, {"CONTAINER_NAME", a.container},
+		{"NAMESPACE", a.namespace}, {"POD_NAME", a.pod},
+	} {
+		if env.value == "" {
+			missing = append(missing, env.name)
 		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("not set: %s", strings.Join(missing, ", "))
 	}
 	var err error
 	if a.config, err = rest.InClusterConfig(); err != nil {
