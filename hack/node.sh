@@ -65,6 +65,7 @@ ensure_packages() {
   command -v containerd >/dev/null || missing+=(containerd)
   [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
   command -v iptables >/dev/null || missing+=(iptables)
+  command -v jq >/dev/null || missing+=(jq) # reads the node's and pods' status
   [ ${#missing[@]} = 0 ] && return 0
   log "installing ${missing[*]}"
   apt-get update -qq
