@@ -27,17 +27,23 @@ verify-generated: generate ## Fail if generated files differ from the committed 
 	@changed=$$(git status --porcelain -- api config); \
 	if [ -n "$$changed" ]; then echo "generated files are stale; run make generate and commit:"; echo "$$changed"; git diff --stat -- api config; exit 1; fi
 
+# NODE=1 (given to make or in the environment) asks for a kubelet node too;
+# API_PORT and ETCD_PORT move the control plane off 6443 and 2379.
 .PHONY: control-plane
-control-plane: ## Build kube-apiserver, kube-controller-manager and etcd into bin/k8s (cached by version).
+control-plane: ## Build kube-apiserver, kube-controller-manager and etcd into bin/k8s (cached by version); NODE=1 adds kubelet and kube-scheduler.
 	hack/build-control-plane.sh >/dev/null
 
 .PHONY: control-plane-up
-control-plane-up: ## Start etcd and kube-apiserver on loopback; kubeconfig in .local/kubeconfig.
+control-plane-up: ## Start etcd and kube-apiserver on loopback; kubeconfig in .local/kubeconfig. NODE=1 adds a node (hack/node.sh).
 	hack/control-plane.sh up
 
 .PHONY: control-plane-down
-control-plane-down: ## Stop the local control plane.
+control-plane-down: ## Stop the local control plane; a node goes first, undoing its changes to the host.
 	hack/control-plane.sh down
+
+.PHONY: node-check
+node-check: ## With a node up: run a pod of test/images' stand-ins; check Running, shipped logs and the agent's exec (hack/node-check.sh).
+	hack/node-check.sh
 
 .PHONY: lint
 lint: ## gofmt, go vet and golangci-lint (.golangci.yml: kubebuilder's linter set).

@@ -2,7 +2,8 @@
 # Builds kube-apiserver and kube-controller-manager (from the k8s.io/kubernetes
 # module) and etcd (from go.etcd.io/etcd/server/v3) into bin/k8s/<kube>-<etcd>/,
 # once per version pair. The controller-manager runs Deployments for the tests
-# of verify --workload and rollout; there is still no scheduler or kubelet.
+# of verify --workload and rollout. With NODE=1 it also builds kubelet and
+# kube-scheduler from the same module, adding them to an existing directory.
 # Prints the directory, which is what KUBEBUILDER_ASSETS should point at.
 set -euo pipefail
 
@@ -11,7 +12,12 @@ ETCD_VERSION=${ETCD_VERSION:-3.6.8}
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/bin/k8s/$KUBE_VERSION-$ETCD_VERSION"
 
-if [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] && [ -x "$out/etcd" ]; then
+kube_cmds=(kube-apiserver kube-controller-manager)
+[ "${NODE:-}" = 1 ] && kube_cmds+=(kubelet kube-scheduler)
+missing=()
+for cmd in "${kube_cmds[@]}"; do [ -x "$out/$cmd" ] || missing+=("$cmd"); done
+
+if [ ${#missing[@]} = 0 ] && [ -x "$out/etcd" ]; then
   echo "$out"
   exit 0
 fi
@@ -39,16 +45,12 @@ GO
 build_kube() {
   mkdir -p "$work/kube" && cd "$work/kube"
   go mod init control-plane/kube >/dev/null 2>&1
-  cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-)
-GO
+  # Only the missing commands: tidy then keeps what they need, and no more.
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "${missing[@]}"
+    printf ')\n'
+  } > tools.go
   go mod edit -require "k8s.io/kubernetes@v$KUBE_VERSION"
   # A dependent module ignores upstream's "=> ./staging/..." replaces: map each
   # staging module to its own v0.Y.Z release instead.
@@ -59,13 +61,12 @@ GO
     go mod edit -replace "$mod=$mod@$staging_version"
   done
   go mod tidy >&2
-  for cmd in kube-apiserver kube-controller-manager; do
-    [ -x "$out/$cmd" ] && continue
+  for cmd in "${missing[@]}"; do
     CGO_ENABLED=0 go build -trimpath -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2
     mv "$out/$cmd.tmp" "$out/$cmd"
   done
 }
 
 [ -x "$out/etcd" ] || build_etcd
-[ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] || build_kube
+[ ${#missing[@]} = 0 ] || build_kube
 echo "$out"

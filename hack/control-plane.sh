@@ -2,13 +2,19 @@
 # Starts or stops a local control plane (etcd, kube-apiserver and
 # kube-controller-manager for Deployments and ReplicaSets) on loopback.
 #   hack/control-plane.sh up    -> writes an admin kubeconfig to .local/kubeconfig
-#   hack/control-plane.sh down  -> stops the apiserver first, then etcd
+#   hack/control-plane.sh down  -> removes the node if there is one, then stops
+#                                  the apiserver first, then etcd
+# NODE=1 up also runs a kubelet node with containerd and a scheduler
+# (hack/node.sh), so pods run; the apiserver and the controller-manager then
+# issue ServiceAccount tokens. API_PORT and ETCD_PORT move the listeners.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 state="$root/.local"
 API_PORT=${API_PORT:-6443}
 ETCD_PORT=${ETCD_PORT:-2379}
+NODE=${NODE:-}
+export API_PORT NODE
 
 stop() {
   local name=$1 pidfile="$state/$1.pid"
@@ -22,17 +28,77 @@ stop() {
   echo "stopped $name"
 }
 
+kubeconfig() { # file user token
+  cat > "$1" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    insecure-skip-tls-verify: true
+users:
+- name: $2
+  user:
+    token: $3
+contexts:
+- name: local
+  context: {cluster: local, user: $2}
+current-context: local
+KC
+}
+
+# The kubelet's client CA, and the certificate the apiserver presents to the
+# kubelet with it (system:masters, so the kubelet's webhook authorizer lets it
+# read logs and exec).
+node_pki() {
+  local pki="$state/pki"
+  [ -f "$pki/kubelet-ca.crt" ] || openssl req -x509 -newkey rsa:2048 -nodes -days 3650 \
+    -subj /CN=local-kubelet-client-ca -keyout "$pki/kubelet-ca.key" -out "$pki/kubelet-ca.crt" 2>/dev/null
+  [ -f "$pki/apiserver-kubelet-client.crt" ] || openssl req -newkey rsa:2048 -nodes \
+    -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" -keyout "$pki/apiserver-kubelet-client.key" 2>/dev/null |
+    openssl x509 -req -days 3650 -set_serial "0x$(openssl rand -hex 8)" \
+      -CA "$pki/kubelet-ca.crt" -CAkey "$pki/kubelet-ca.key" -out "$pki/apiserver-kubelet-client.crt" 2>/dev/null
+}
+
 up() {
   local assets; assets=$("$root/hack/build-control-plane.sh")
   mkdir -p "$state/pki"
   if [ -f "$state/kube-apiserver.pid" ] && kill -0 "$(cat "$state/kube-apiserver.pid")" 2>/dev/null; then
+    if [ "$NODE" = 1 ] && [ ! -f "$state/node-mode" ]; then
+      echo "the control plane runs without NODE=1; run $0 down first" >&2
+      exit 1
+    fi
     echo "control plane already running; kubeconfig: $state/kubeconfig"
+    [ "$NODE" = 1 ] && "$root/hack/node.sh" up
     return 0
   fi
   rm -rf "$state/etcd"
   [ -f "$state/pki/sa.key" ] || openssl genrsa -out "$state/pki/sa.key" 2048 2>/dev/null
   local token; token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   echo "$token,admin,admin,system:masters" > "$state/pki/tokens.csv"
+
+  # Without a node, nothing creates ServiceAccounts, so the ServiceAccount
+  # admission plugin would refuse every pod ("serviceaccount default not
+  # found"), as envtest's default does; with one, the controller-manager makes
+  # them and pods get tokens. The Node authorizer confines the kubelet's token.
+  local node_flags=(--disable-admission-plugins ServiceAccount --authorization-mode RBAC)
+  rm -f "$state/node-mode"
+  if [ "$NODE" = 1 ]; then
+    node_pki
+    local node; node=$(hostname | tr '[:upper:]' '[:lower:]')
+    local kubelet_token scheduler_token
+    kubelet_token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    scheduler_token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    echo "$kubelet_token,system:node:$node,system:node:$node,system:nodes" >> "$state/pki/tokens.csv"
+    echo "$scheduler_token,system:kube-scheduler,system:kube-scheduler" >> "$state/pki/tokens.csv"
+    kubeconfig "$state/kubelet.kubeconfig" "system:node:$node" "$kubelet_token"
+    kubeconfig "$state/scheduler.kubeconfig" system:kube-scheduler "$scheduler_token"
+    node_flags=(--authorization-mode "Node,RBAC"
+      --kubelet-client-certificate "$state/pki/apiserver-kubelet-client.crt"
+      --kubelet-client-key "$state/pki/apiserver-kubelet-client.key")
+    touch "$state/node-mode"
+  fi
 
   "$assets/etcd" --data-dir "$state/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -45,38 +111,34 @@ up() {
     --cert-dir "$state/pki" --secure-port "$API_PORT" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
     --service-account-issuer https://kubernetes.default.svc \
     --service-account-key-file "$state/pki/sa.key" --service-account-signing-key-file "$state/pki/sa.key" \
-    --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
-    --token-auth-file "$state/pki/tokens.csv" \
-    --disable-admission-plugins ServiceAccount --endpoint-reconciler-type none \
+    --service-cluster-ip-range 10.0.0.0/24 "${node_flags[@]}" \
+    --token-auth-file "$state/pki/tokens.csv" --endpoint-reconciler-type none \
     > "$state/kube-apiserver.log" 2>&1 &
   echo $! > "$state/kube-apiserver.pid"
 
-  cat > "$state/kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: https://127.0.0.1:$API_PORT
-    insecure-skip-tls-verify: true
-users:
-- name: admin
-  user:
-    token: $token
-contexts:
-- name: local
-  context: {cluster: local, user: admin}
-current-context: local
-KC
+  kubeconfig "$state/kubeconfig" admin "$token"
   for _ in $(seq 1 120); do
     if curl -sfk -H "Authorization: Bearer $token" "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1; then
-      # No scheduler or kubelet: pods are created (and injected) but never run.
+      local controllers=deployment,replicaset,statefulset,daemonset,garbagecollector cm_flags=()
+      if [ "$NODE" = 1 ]; then
+        # Pods get a token from the default ServiceAccount and the apiserver's
+        # CA (the second certificate of its self-signed chain) from the
+        # kube-root-ca.crt ConfigMap; node-lifecycle lifts the node's
+        # not-ready taint once it is Ready.
+        awk '/BEGIN/ {n++} n == 2' "$state/pki/apiserver.crt" > "$state/pki/apiserver-ca.crt"
+        controllers+=,serviceaccount-controller,serviceaccount-token-controller
+        controllers+=,root-ca-certificate-publisher-controller,node-lifecycle-controller
+        cm_flags=(--service-account-private-key-file "$state/pki/sa.key" --root-ca-file "$state/pki/apiserver-ca.crt")
+      fi
+      # Without NODE=1, no scheduler or kubelet: pods are created (and
+      # injected) but never run.
       "$assets/kube-controller-manager" --kubeconfig "$state/kubeconfig" \
-        --controllers deployment,replicaset,statefulset,daemonset,garbagecollector \
+        --controllers "$controllers" "${cm_flags[@]}" \
         --leader-elect=false --secure-port=0 \
         > "$state/kube-controller-manager.log" 2>&1 &
       echo $! > "$state/kube-controller-manager.pid"
       echo "control plane ready; kubeconfig: $state/kubeconfig"
+      [ "$NODE" = 1 ] && "$root/hack/node.sh" up
       return 0
     fi
     if ! kill -0 "$(cat "$state/kube-apiserver.pid")" 2>/dev/null; then
@@ -90,9 +152,11 @@ KC
 }
 
 down() {
+  "$root/hack/node.sh" down
   stop kube-controller-manager
   stop kube-apiserver
   stop etcd
+  rm -f "$state/node-mode"
 }
 
 case "${1:-}" in
