@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench: the engine's Go benchmarks, then HTTP throughput and latency of
-# `sidecar-operator serve` against a null handler behind the same TLS server.
+# `sidecar-operator serve` against a null handler and the standard
+# controller-runtime route (bin/bench standard) behind the same TLS server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +13,7 @@ if ! command -v wrk >/dev/null; then
 fi
 
 echo "== Go benchmarks (ns/op, allocs/op)"
-go test -run '^$' -bench . -benchmem ./internal/jsonscan ./internal/inject ./internal/webhook |
+go test -run '^$' -bench . -benchmem ./internal/jsonscan ./internal/inject ./internal/webhook ./test/bench |
 	awk '/^Benchmark/ { printf "  %-55s %12s ns/op %8s allocs/op\n", $1, $3, $(NF-1) }'
 
 echo "== HTTP: $(nproc) cores, wrk 1 thread or the Go load generator"

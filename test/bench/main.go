@@ -1,9 +1,11 @@
 // Command bench measures the webhook's HTTP throughput and latency against a
-// null handler behind the same TLS and HTTP server, in one run, alternating
-// the two under the same load. It is bench tooling, not part of the product.
+// null handler and the standard controller-runtime route behind the same TLS
+// and HTTP server, in one run, alternating the three under the same load. It
+// is bench tooling, not part of the product.
 //
 //	go run ./test/bench -binary bin/sidecar-operator   # what make bench runs
 //	go run ./test/bench null -addr ... -cert ... -key ...   # the null server alone
+//	go run ./test/bench standard -addr ... -cert ... -key ... -sidecars examples   # the standard route alone
 //	go run ./test/bench e2e        # what make bench-e2e runs, on a running control plane
 //	go run ./test/bench operator   # what make bench-operator runs, on a fresh control plane
 package main
@@ -45,6 +47,8 @@ func main() {
 		switch args[0] {
 		case "null":
 			name, run, args = "null server", serveNull, args[1:]
+		case "standard":
+			name, run, args = "standard server", serveStandard, args[1:]
 		case "e2e":
 			name, run, args = "bench e2e", runE2E, args[1:]
 		case "operator":
@@ -77,14 +81,9 @@ func serveNull(args []string) error {
 		}
 		patch = base64.StdEncoding.EncodeToString(raw)
 	}
-	pair, err := tls.LoadX509KeyPair(*certFile, *keyFile)
-	if err != nil {
-		return err
-	}
 	var calls atomic.Int64
 	buffers := sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 64<<10)) }}
 	mux := http.NewServeMux()
-	mux.HandleFunc(webhook.PathHealthz, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc(pathCalls, func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, calls.Load()) })
 	mux.HandleFunc(webhook.PathMutatePods, func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
@@ -95,8 +94,20 @@ func serveNull(args []string) error {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(nullAnswer(buf.Bytes(), patch))
 	})
+	return serveBenchTLS(*addr, *certFile, *keyFile, mux)
+}
+
+// serveBenchTLS serves mux and a health check behind the webhook's HTTP
+// server and one TLS setup, so that the servers bench's own subcommands run
+// differ only in their handlers.
+func serveBenchTLS(addr, certFile, keyFile string, mux *http.ServeMux) error {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return err
+	}
+	mux.HandleFunc(webhook.PathHealthz, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	srv := webhook.NewHTTPServer(mux, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, logr.Discard())
-	srv.Addr = *addr
+	srv.Addr = addr
 	return srv.ListenAndServeTLS("", "")
 }
 
@@ -152,11 +163,13 @@ func runHTTP(args []string) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	nullAddr, injectAddr := freeAddr(), freeAddr()
+	nullAddr, injectAddr, standardAddr := freeAddr(), freeAddr(), freeAddr()
 	servers := []*server{
 		{name: "null", addr: nullAddr, cmd: exec.CommandContext(ctx, self, "null", "-addr", nullAddr, "-cert", certFile, "-key", keyFile)},
 		{name: "inject", addr: injectAddr, cmd: exec.CommandContext(ctx, o.binary, "serve", "--sidecars", o.sidecars, "--addr", injectAddr,
 			"--tls-cert-file", certFile, "--tls-private-key-file", keyFile, "--zap-log-level", "error")},
+		{name: "standard", addr: standardAddr, cmd: exec.CommandContext(ctx, self, "standard", "-addr", standardAddr, "-cert", certFile, "-key", keyFile,
+			"-sidecars", o.sidecars)},
 	}
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 4,
@@ -186,17 +199,21 @@ func runHTTP(args []string) error {
 		load = goLoad
 		fmt.Println("wrk not found: using the Go load generator")
 	}
-	var ratio float64
+	var means map[string]float64
 	for _, file := range []string{"admissionreview-large-pod.json", "admissionreview-pod.json"} {
 		body, err := os.ReadFile(filepath.Join(o.testdata, file))
 		if err != nil {
 			return err
 		}
-		if ratio, err = compare(ctx, o, load, client, servers, file, body, dir); err != nil {
+		if means, err = compare(ctx, o, load, client, servers, file, body, dir); err != nil {
 			return err
 		}
 	}
-	fmt.Printf("inject/null throughput ratio: %.2f\n", ratio)
+	// The realistic pod, measured last, gives the run's ratios; inject/null
+	// stays the last line, which the Makefile and README point at.
+	fmt.Printf("standard/null throughput ratio: %.2f\n", means["standard"]/means["null"])
+	fmt.Printf("inject/standard throughput ratio: %.2f\n", means["inject"]/means["standard"])
+	fmt.Printf("inject/null throughput ratio: %.2f\n", means["inject"]/means["null"])
 	return nil
 }
 
@@ -205,15 +222,21 @@ type server struct {
 	cmd        *exec.Cmd
 }
 
-// compare drives the servers in turn with the same load and returns the
-// injection server's throughput over the null server's.
-func compare(ctx context.Context, o options, load loadFunc, client *http.Client, servers []*server, file string, body []byte, dir string) (float64, error) {
-	if err := checkInjection(client, servers[1].addr, body, "spot-check"); err != nil {
-		return 0, err
+// compare drives the servers in turn with the same load, spot-checking the
+// answers of all but the null server, and returns each one's mean throughput.
+func compare(ctx context.Context, o options, load loadFunc, client *http.Client, servers []*server,
+	file string, body []byte, dir string) (map[string]float64, error) {
+	for _, s := range servers {
+		if s.name == "null" {
+			continue
+		}
+		if err := checkInjection(client, s.addr, body, "spot-check"); err != nil {
+			return nil, fmt.Errorf("%s server: %w", s.name, err)
+		}
 	}
 	bodyFile := filepath.Join(dir, file)
 	if err := os.WriteFile(bodyFile, body, 0o600); err != nil {
-		return 0, err
+		return nil, err
 	}
 	fmt.Printf("%s (%d bytes), %d connections, %s per run, %d rounds:\n", file, len(body), o.connections, o.duration, o.rounds)
 	totals := map[string]float64{}
@@ -222,29 +245,33 @@ func compare(ctx context.Context, o options, load loadFunc, client *http.Client,
 			checks := &spotChecks{}
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
-			if s.name == "inject" {
+			if s.name != "null" {
 				wg.Go(func() { checks.run(client, s.addr, body, stop) })
 			}
 			res, err := load(ctx, "https://"+s.addr+webhook.PathMutatePods, bodyFile, body, o)
 			close(stop)
 			wg.Wait()
 			if err != nil {
-				return 0, fmt.Errorf("%s server: %w", s.name, err)
+				return nil, fmt.Errorf("%s server: %w", s.name, err)
 			}
 			if err := checks.err(); err != nil {
-				return 0, fmt.Errorf("a response under load was wrong: %w", err)
+				return nil, fmt.Errorf("a response of the %s server under load was wrong: %w", s.name, err)
 			}
 			totals[s.name] += res.rps
-			line := fmt.Sprintf("  round %d %-6s %9.0f reviews/s  p50 %7s  p99 %7s", round+1, s.name, res.rps, res.p50, res.p99)
-			if s.name == "inject" {
+			line := fmt.Sprintf("  round %d %-8s %9.0f reviews/s  p50 %7s  p99 %7s", round+1, s.name, res.rps, res.p50, res.p99)
+			if s.name != "null" {
 				line += fmt.Sprintf("  (%d responses spot-checked under load)", checks.ok.Load())
 			}
 			fmt.Println(line)
 		}
 	}
-	ratio := totals["inject"] / totals["null"]
-	fmt.Printf("  mean: null %.0f reviews/s, inject %.0f reviews/s\n", totals["null"]/float64(o.rounds), totals["inject"]/float64(o.rounds))
-	return ratio, nil
+	means := map[string]float64{}
+	for name, total := range totals {
+		means[name] = total / float64(o.rounds)
+	}
+	fmt.Printf("  mean: null %.0f, inject %.0f, standard %.0f reviews/s; inject/null %.2f, standard/null %.2f, inject/standard %.2f\n",
+		means["null"], means["inject"], means["standard"], means["inject"]/means["null"], means["standard"]/means["null"], means["inject"]/means["standard"])
+	return means, nil
 }
 
 type loadResult struct {
@@ -383,7 +410,8 @@ func (c *spotChecks) err() error {
 }
 
 // checkInjection sends the review with the given uid and checks that the
-// answer carries that uid and a patch that applies and adds both examples.
+// answer carries that uid and a JSON patch that applies and adds both
+// examples.
 func checkInjection(client *http.Client, addr string, body []byte, uid string) error {
 	var review struct {
 		APIVersion string         `json:"apiVersion"`
@@ -413,16 +441,17 @@ func checkInjection(client *http.Client, addr string, body []byte, uid string) e
 	}
 	var answer struct {
 		Response struct {
-			UID     string `json:"uid"`
-			Allowed bool   `json:"allowed"`
-			Patch   []byte `json:"patch"`
+			UID       string `json:"uid"`
+			Allowed   bool   `json:"allowed"`
+			PatchType string `json:"patchType"`
+			Patch     []byte `json:"patch"`
 		} `json:"response"`
 	}
 	if err := json.Unmarshal(raw, &answer); err != nil {
 		return fmt.Errorf("answer is not JSON: %w", err)
 	}
-	if answer.Response.UID != uid || !answer.Response.Allowed {
-		return fmt.Errorf("answer for uid %q has uid %q, allowed %v", uid, answer.Response.UID, answer.Response.Allowed)
+	if answer.Response.UID != uid || !answer.Response.Allowed || answer.Response.PatchType != "JSONPatch" {
+		return fmt.Errorf("answer for uid %q has uid %q, allowed %v, patchType %q", uid, answer.Response.UID, answer.Response.Allowed, answer.Response.PatchType)
 	}
 	patch, err := jsonpatch.DecodePatch(answer.Response.Patch)
 	if err != nil {
