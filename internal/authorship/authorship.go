@@ -33,6 +33,9 @@ type Checker struct {
 	// GetSecret reads a pull secret's source with the operator's own
 	// access; a nil Secret and nil error mean it does not exist (yet).
 	GetSecret func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	// MaxReviews bounds the SubjectAccessReviews asked for one Sidecar;
+	// zero is DefaultMaxReviews.
+	MaxReviews int
 }
 
 var spec = field.NewPath("spec")
@@ -44,11 +47,15 @@ func (c *Checker) Check(ctx context.Context, user authenticationv1.UserInfo, sc,
 	if old != nil && equality.Semantic.DeepEqual(&sc.Spec, &old.Spec) {
 		return nil, nil
 	}
-	if n := reviewsNeeded(sc); n > MaxReviews {
+	most := c.MaxReviews
+	if most == 0 {
+		most = DefaultMaxReviews
+	}
+	if n := reviewsNeeded(sc, most); n > most {
 		// Asked one by one, they would hold the webhook and the apiserver.
 		return field.ErrorList{field.Forbidden(spec, fmt.Sprintf("judging what this Sidecar grants takes %d SubjectAccessReviews "+
 			"(a namespace each, and each rule's apiGroups × resources × verbs × resourceNames), more than the %d the webhook asks for one Sidecar: "+
-			"use fewer names, or wildcards the author holds", n, MaxReviews))}, nil
+			"use fewer names, or wildcards the author holds (run --max-access-reviews)", n, most))}, nil
 	}
 	var errs field.ErrorList
 	// The Sidecar's containers run in every pod it selects, with that pod's
@@ -153,20 +160,20 @@ func SelectableNamespaces(sel *metav1.LabelSelector) []string {
 	return slices.Compact(names)
 }
 
-// MaxReviews bounds the SubjectAccessReviews asked for one Sidecar: a few
-// rules of a few names each take tens.
-const MaxReviews = 512
+// DefaultMaxReviews bounds the SubjectAccessReviews asked for one Sidecar:
+// a few rules of a few names each take tens.
+const DefaultMaxReviews = 512
 
 // reviewsNeeded counts the SubjectAccessReviews Check would ask, before it
-// asks any: a rule's lists multiply.
-func reviewsNeeded(sc *v1alpha1.Sidecar) int {
+// asks any, up to past most: a rule's lists multiply.
+func reviewsNeeded(sc *v1alpha1.Sidecar, most int) int {
 	n := len(SelectableNamespaces(sc.Spec.NamespaceSelector)) + 3 // escalate, bind, the pull secret
 	if rbac := sc.Spec.RBAC; rbac != nil {
 		for _, rules := range [][]rbacv1.PolicyRule{rbac.Rules, rbac.ClusterRules} {
 			for i := range rules {
 				r := &rules[i]
 				n += len(r.APIGroups)*len(r.Resources)*len(r.Verbs)*max(len(r.ResourceNames), 1) + len(r.NonResourceURLs)*len(r.Verbs)
-				if n > MaxReviews {
+				if n > most {
 					return n // the products may be large enough to overflow
 				}
 			}

@@ -155,7 +155,7 @@ func TestCheck(t *testing.T) {
 
 // TestCheckBoundsTheReviewsItAsks: a rule's lists multiply into
 // SubjectAccessReviews, so a Sidecar of a few KiB could have the webhook ask
-// millions; past MaxReviews none is asked, and a denial lists a few of the
+// millions; past DefaultMaxReviews none is asked, and a denial lists a few of the
 // requests lacked and counts the rest.
 func TestCheckBoundsTheReviewsItAsks(t *testing.T) {
 	list := func(prefix string, n int) []string {
@@ -187,7 +187,7 @@ func TestCheckBoundsTheReviewsItAsks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (asked > 0) != tc.wantAsked || asked > MaxReviews {
+			if (asked > 0) != tc.wantAsked || asked > DefaultMaxReviews {
 				t.Errorf("asked %d SubjectAccessReviews", asked)
 			}
 			if got := errs.ToAggregate(); got == nil || !strings.Contains(got.Error(), tc.want) || len(got.Error()) > 4096 {

@@ -33,6 +33,12 @@ type Options struct {
 	WebhookAddr string
 	// WebhookLimits bound the reviews each replica handles at once.
 	WebhookLimits webhook.Limits
+	// UnauthenticatedEvents limits the webhook's Events for callers without
+	// a client certificate; zero is webhook.DefaultEventLimit.
+	UnauthenticatedEvents webhook.EventLimit
+	// MaxAccessReviews bounds the SubjectAccessReviews /validate-sidecars
+	// asks for one Sidecar; zero is authorship.DefaultMaxReviews.
+	MaxAccessReviews int
 	// HealthProbeAddr serves /healthz and /readyz in plain HTTP, apart from
 	// the webhook port, whose client authentication kubelet cannot pass;
 	// empty or "0" disables it.
@@ -216,6 +222,14 @@ func (o *Options) Validate() error {
 	}
 	if o.Namespace == "" {
 		return errors.New("--namespace: a namespace is needed for the signing key, the certificate Secret and the leader lease")
+	}
+	switch {
+	case o.UnauthenticatedEvents.Burst < 0:
+		return fmt.Errorf("--unauthenticated-event-burst must not be negative, got %d", o.UnauthenticatedEvents.Burst)
+	case o.UnauthenticatedEvents.Interval < 0:
+		return fmt.Errorf("--unauthenticated-event-interval must not be negative, got %s", o.UnauthenticatedEvents.Interval)
+	case o.MaxAccessReviews < 0:
+		return fmt.Errorf("--max-access-reviews must not be negative, got %d", o.MaxAccessReviews)
 	}
 	return o.WebhookLimits.Validate()
 }

@@ -40,7 +40,7 @@ func newWebhookServer(
 		Validator: &webhook.Validator{
 			Engines:         engines,
 			Keys:            keys,
-			Authors:         authorsChecker(mgr, authorship.PullSecretPolicy{Namespaces: opts.PullSecretNamespaces}),
+			Authors:         authorsChecker(mgr, authorship.PullSecretPolicy{Namespaces: opts.PullSecretNamespaces}, opts.MaxAccessReviews),
 			NamespaceLabels: nsLabels,
 			Sidecars: func(ctx context.Context) ([]v1alpha1.Sidecar, error) {
 				var list v1alpha1.SidecarList
@@ -49,18 +49,20 @@ func newWebhookServer(
 			},
 		},
 		Mutator: &webhook.Mutator{
-			Engines:         engines,
-			Keys:            keys,
-			Log:             log.WithName("mutator"),
-			Events:          mgr.GetEventRecorder("sidecar-operator-webhook"),
-			NamespaceLabels: nsLabels,
+			Engines:               engines,
+			Keys:                  keys,
+			Log:                   log.WithName("mutator"),
+			Events:                mgr.GetEventRecorder("sidecar-operator-webhook"),
+			UnauthenticatedEvents: opts.UnauthenticatedEvents,
+			NamespaceLabels:       nsLabels,
 		},
 	}
 }
 
 // authorsChecker asks the apiserver, as each Sidecar's author, what they hold.
-func authorsChecker(mgr manager.Manager, pullSecrets authorship.PullSecretPolicy) *authorship.Checker {
+func authorsChecker(mgr manager.Manager, pullSecrets authorship.PullSecretPolicy, maxReviews int) *authorship.Checker {
 	return &authorship.Checker{
+		MaxReviews: maxReviews,
 		Review: func(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (bool, error) {
 			review := &authorizationv1.SubjectAccessReview{Spec: spec}
 			if err := mgr.GetClient().Create(ctx, review); err != nil {

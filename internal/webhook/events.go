@@ -10,12 +10,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
 
-// Unauthenticated callers' Events: per Sidecar and reason, a burst of
-// eventBurst, then one each eventInterval.
-const (
-	eventBurst    = 5
-	eventInterval = 10 * time.Second
-)
+// EventLimit is how many Events of unauthenticated callers' reviews are told
+// per Sidecar and reason: a burst, then one each interval.
+type EventLimit struct {
+	Burst    int
+	Interval time.Duration
+}
+
+// DefaultEventLimit: 5, then one each 10 s.
+var DefaultEventLimit = EventLimit{Burst: 5, Interval: 10 * time.Second}
 
 // eventGate records the Events of reviews. A caller that presented a
 // client certificate the server verified is the apiserver, and each of its
@@ -24,6 +27,7 @@ const (
 // reason, and the next one told counts those held back.
 type eventGate struct {
 	recorder recorder.EventRecorder
+	limit    EventLimit
 	mu       sync.Mutex
 	// buckets has a key per Sidecar and reason the engine produced, so the
 	// Sidecars bound it, not the callers.
@@ -35,8 +39,11 @@ type eventBucket struct {
 	heldBack int
 }
 
-func newEventGate(r recorder.EventRecorder) *eventGate {
-	return &eventGate{recorder: r, buckets: map[string]*eventBucket{}}
+func newEventGate(r recorder.EventRecorder, limit EventLimit) *eventGate {
+	if limit == (EventLimit{}) {
+		limit = DefaultEventLimit
+	}
+	return &eventGate{recorder: r, limit: limit, buckets: map[string]*eventBucket{}}
 }
 
 // tell records an Event on Sidecar sidecar, unless an unauthenticated
@@ -62,7 +69,7 @@ func (g *eventGate) admit(key string) (held int, ok bool) {
 	defer g.mu.Unlock()
 	b := g.buckets[key]
 	if b == nil {
-		b = &eventBucket{limiter: rate.NewLimiter(rate.Every(eventInterval), eventBurst)}
+		b = &eventBucket{limiter: rate.NewLimiter(rate.Every(g.limit.Interval), g.limit.Burst)}
 		g.buckets[key] = b
 	}
 	if !b.limiter.Allow() {

@@ -52,12 +52,12 @@ func TestForgedReviewsDoNotFloodEvents(t *testing.T) {
 	send(m, false)
 	told := drain(forged)
 	kinds := len(m.events.buckets) // a Sidecar and a reason each
-	if kinds == 0 || len(told) > eventBurst*kinds {
-		t.Fatalf("%d unauthenticated reviews told %d Events of %d kinds, want at most %d of each", reviews, len(told), kinds, eventBurst)
+	if kinds == 0 || len(told) > DefaultEventLimit.Burst*kinds {
+		t.Fatalf("%d unauthenticated reviews told %d Events of %d kinds, want at most %d of each", reviews, len(told), kinds, DefaultEventLimit.Burst)
 	}
 	// Once a token is back, the next Event of each kind counts those held back.
 	for _, b := range m.events.buckets {
-		b.limiter = rate.NewLimiter(rate.Every(eventInterval), 1)
+		b.limiter = rate.NewLimiter(rate.Every(DefaultEventLimit.Interval), 1)
 	}
 	send(m, false)
 	told = drain(forged)

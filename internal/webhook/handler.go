@@ -72,6 +72,9 @@ type Mutator struct {
 	// Events, when set, receives an Event on the Sidecar for each injection,
 	// skip and denial of a pod that is not a dry run, as eventGate allows.
 	Events recorder.EventRecorder
+	// UnauthenticatedEvents limits the Events of callers without a
+	// verified client certificate; zero is DefaultEventLimit.
+	UnauthenticatedEvents EventLimit
 
 	eventsOnce sync.Once
 	events     *eventGate
@@ -207,7 +210,7 @@ func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte) {
 
 // report tells each Sidecar's Events what happened to the pod.
 func (m *Mutator) report(r *http.Request, req *podRequest, res *inject.Result) {
-	m.eventsOnce.Do(func() { m.events = newEventGate(m.Events) })
+	m.eventsOnce.Do(func() { m.events = newEventGate(m.Events, m.UnauthenticatedEvents) })
 	pod := req.Namespace + "/" + req.Object.Metadata.Name
 	if req.Object.Metadata.Name == "" {
 		pod = req.Namespace + "/" + req.Object.Metadata.GenerateName + "*"
