@@ -198,6 +198,38 @@ func startPodLoop(ns string, check func(error)) *podLoop {
 	return l
 }
 
+// losslessPodLoop is a pod loop in which no create may fail.
+type losslessPodLoop struct {
+	*podLoop
+	mu       sync.Mutex
+	failures []string
+}
+
+func startLosslessPodLoop(ns string) *losslessPodLoop {
+	l := &losslessPodLoop{}
+	l.podLoop = startPodLoop(ns, func(err error) {
+		if err != nil {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.failures = append(l.failures, err.Error())
+		}
+	})
+	return l
+}
+
+// StopAndCheck ends the loop and fails t unless it made 20 creates or more,
+// all of them injected; it returns how many it made.
+func (l *losslessPodLoop) StopAndCheck(t *testing.T) int64 {
+	t.Helper()
+	created := l.Stop()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if created < 20 || len(l.failures) > 0 {
+		t.Fatalf("%d creates, %d failed: %v", created, len(l.failures), l.failures)
+	}
+	return created
+}
+
 // Stop ends the loop and returns how many creates it made.
 func (l *podLoop) Stop() int64 {
 	close(l.stop)
