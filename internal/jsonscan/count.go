@@ -1,45 +1,83 @@
 package jsonscan
 
-// Counts are the tokens of a JSON document that cost memory once decoded.
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// Counts are what of a JSON document costs memory once decoded.
 type Counts struct {
 	// Containers are objects and arrays.
 	Containers int
 	// Scalars are strings (member names too), numbers, true, false and null.
 	Scalars int
+	// NonASCII are the bytes from 0x80 up: encoding/json turns each byte of
+	// invalid UTF-8 into U+FFFD, 3 bytes.
+	NonASCII int
 }
+
+// Byte classes outside strings.
+const (
+	classScalar byte = iota // starts a number or literal, or continues one
+	classQuote
+	classOpen
+	classClose
+	classSeparator
+	classSpace
+)
+
+var classes = func() (c [256]byte) {
+	c['"'] = classQuote
+	c['{'], c['['] = classOpen, classOpen
+	c['}'], c[']'] = classClose, classClose
+	c[','], c[':'] = classSeparator, classSeparator
+	c[' '], c['\t'], c['\n'], c['\r'] = classSpace, classSpace, classSpace, classSpace
+	return c
+}()
 
 // Count counts a document's tokens without validating it: what decoding it
 // into Go values costs depends on them far more than on its length
 // ("[{},{},…]" is 3 bytes a struct). It is exact for valid JSON; for any
 // other input it stops where a string does not end.
 func Count(d []byte) Counts {
-	var c Counts
+	c := Counts{NonASCII: nonASCII(d)}
 	afterValue := false // the last token ended a value: a digit or letter now is inside it
-	for i := 0; i < len(d); {
-		switch d[i] {
-		case '"':
+	for i := 0; i < len(d); i++ {
+		switch classes[d[i]] {
+		case classQuote:
 			end, err := skipString(d, i)
 			if err != nil {
 				return c
 			}
 			c.Scalars++
-			i, afterValue = end, true
-			continue
-		case '{', '[':
+			i, afterValue = end-1, true
+		case classOpen:
 			c.Containers++
 			afterValue = false
-		case '}', ']':
+		case classClose:
 			afterValue = true
-		case ',', ':':
+		case classSeparator:
 			afterValue = false
-		case ' ', '\t', '\n', '\r':
-		default: // a number or literal begins where no value has just ended
+		case classScalar:
 			if !afterValue {
 				c.Scalars++
 				afterValue = true
 			}
 		}
-		i++
 	}
 	return c
+}
+
+// nonASCII counts the bytes from 0x80 up, eight at a time.
+func nonASCII(d []byte) int {
+	n, i := 0, 0
+	for ; i+8 <= len(d); i += 8 {
+		n += bits.OnesCount64(binary.LittleEndian.Uint64(d[i:]) & highs)
+	}
+	for ; i < len(d); i++ {
+		if d[i] >= 0x80 {
+			n++
+		}
+	}
+	return n
 }

@@ -59,6 +59,11 @@ func FuzzCount(f *testing.F) {
 				want.Scalars++
 			}
 		}
+		for _, b := range doc {
+			if b >= 0x80 {
+				want.NonASCII++
+			}
+		}
 		if got != want {
 			t.Fatalf("Count(%q) = %+v, encoding/json counts %+v", doc, got, want)
 		}

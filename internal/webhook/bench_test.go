@@ -40,3 +40,16 @@ func BenchmarkMutatePod(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeCost is what the limits add to a review before decoding it.
+func BenchmarkDecodeCost(b *testing.B) {
+	for _, file := range []string{"admissionreview-pod.json", "admissionreview-large-pod.json"} {
+		b.Run(file, func(b *testing.B) {
+			body := testReview(b, file)
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				decodeCost(body)
+			}
+		})
+	}
+}

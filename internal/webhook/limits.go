@@ -131,14 +131,7 @@ const (
 
 func decodeCost(body []byte) int64 {
 	n := jsonscan.Count(body)
-	// encoding/json turns each byte of invalid UTF-8 into U+FFFD, 3 bytes.
-	nonASCII := 0
-	for _, b := range body {
-		if b >= 0x80 {
-			nonASCII++
-		}
-	}
-	return int64(len(body)+2*nonASCII) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*costPerScalar
+	return int64(len(body)+2*n.NonASCII) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*costPerScalar
 }
 
 // hold takes n bytes of the budget, answering if it cannot: 413 when n is
