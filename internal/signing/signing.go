@@ -190,7 +190,45 @@ func (r *Ring) Verify(pod *corev1.Pod, sidecarUID string, rec *v1alpha1.Injectio
 	if Digest(containers) != rec.Digest {
 		return ErrContentChanged
 	}
+	for i := range containers {
+		for j := range containers[i].VolumeMounts {
+			if m := &containers[i].VolumeMounts[j]; isTokenMount(m) && !isTokenVolume(pod, m.Name) {
+				return fmt.Errorf("%w: container %q mounts volume %q where the ServiceAccount token goes, and it is not the token",
+					ErrContentChanged, containers[i].Name, m.Name)
+			}
+		}
+	}
 	return nil
+}
+
+// The ServiceAccount admission plugin mounts the pod's token into every
+// container, the injected ones too: built-in plugins run again after a
+// webhook changes a pod. The digest leaves that mount out, since the webhook
+// cannot know it, and Verify checks that the volume is the token.
+const tokenMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+func isTokenMount(m *corev1.VolumeMount) bool {
+	return m.MountPath == tokenMountPath && m.ReadOnly && strings.HasPrefix(m.Name, "kube-api-access-") &&
+		m.SubPath == "" && m.SubPathExpr == "" && m.MountPropagation == nil
+}
+
+// isTokenVolume says the pod's volume of that name projects the pod's own
+// ServiceAccount token for the apiserver, as the plugin makes it.
+func isTokenVolume(pod *corev1.Pod, name string) bool {
+	for i := range pod.Spec.Volumes {
+		if v := &pod.Spec.Volumes[i]; v.Name == name {
+			if v.Projected == nil {
+				return false
+			}
+			for _, src := range v.Projected.Sources {
+				if t := src.ServiceAccountToken; t != nil && t.Audience == "" && t.Path == "token" {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	return false
 }
 
 // verifySignature checks only the signature, not the pod's containers.
@@ -283,6 +321,7 @@ func Digest(containers []corev1.Container) string {
 func DigestContents(list []Content) string {
 	for i := range list {
 		list[i].Env = defaultedEnv(list[i].Env)
+		list[i].VolumeMounts = withoutTokenMount(list[i].VolumeMounts)
 	}
 	raw, err := encjson.Marshal(list)
 	if err != nil {
@@ -290,6 +329,19 @@ func DigestContents(list []Content) string {
 	}
 	sum := sha256.Sum256(raw)
 	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// withoutTokenMount leaves out the mount the ServiceAccount plugin adds.
+func withoutTokenMount(mounts []corev1.VolumeMount) []corev1.VolumeMount {
+	i := slices.IndexFunc(mounts, func(m corev1.VolumeMount) bool { return isTokenMount(&m) })
+	if i < 0 {
+		return mounts
+	}
+	out := slices.Delete(slices.Clone(mounts), i, i+1)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // defaultedEnv applies the apiserver's one default within env, so that the

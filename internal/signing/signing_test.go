@@ -72,6 +72,23 @@ func TestVerify(t *testing.T) {
 		{name: "privileged", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
 			p.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
 		}, want: ErrContentChanged},
+		{name: "the ServiceAccount plugin mounts the token after the webhook", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			mountToken(p, corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: new(int64(3607))}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}}},
+			}}})
+		}},
+		{name: "a Secret mounted where the token goes, named like it", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			mountToken(p, corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "someone-elses-token"}})
+		}, want: ErrContentChanged},
+		{name: "a token for another audience mounted there", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			mountToken(p, corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", Audience: "vault"}},
+			}}})
+		}, want: ErrContentChanged},
+		{name: "another mount added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].VolumeMounts = append(p.Spec.Containers[1].VolumeMounts, corev1.VolumeMount{Name: "kube-api-access-x", MountPath: "/etc/x", ReadOnly: true})
+		}, want: ErrContentChanged},
 		{name: "container gone", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers = p.Spec.Containers[:1] }, want: ErrContainers},
 		{name: "an unknown key", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) {
 			r.Signature = "k2000" + r.Signature[strings.Index(r.Signature, "."):]
@@ -168,5 +185,15 @@ func TestEmptyRingFailsClosed(t *testing.T) {
 	empty.Sign(pod.Namespace, pod.Spec.ServiceAccountName, "uid", rec)
 	if err := ring(t, map[string][]byte{"k1": secretOf(1)}, 0).Verify(pod, "uid", rec); !errors.Is(err, ErrUnsigned) {
 		t.Fatalf("a record signed by an empty ring: %v, want %v", err, ErrUnsigned)
+	}
+}
+
+// mountToken mounts a volume of source where the ServiceAccount plugin
+// mounts the token, into every container, as the plugin does.
+func mountToken(p *corev1.Pod, source corev1.VolumeSource) {
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "kube-api-access-abcde", VolumeSource: source})
+	for i := range p.Spec.Containers {
+		p.Spec.Containers[i].VolumeMounts = append(p.Spec.Containers[i].VolumeMounts,
+			corev1.VolumeMount{Name: "kube-api-access-abcde", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true})
 	}
 }
