@@ -21,14 +21,17 @@ ns=demo
 other=demo-other
 log=.local/demo-node.log # the verbose output of the steps
 
-api() {
+api() { # path [curl args]: as the admin; fails on an HTTP error unless -f is dropped (api_any)
+  api_any "$1" -f "${@:2}"
+}
+api_any() {
   local token; token=$(head -1 .local/pki/tokens.csv | cut -d, -f1)
-  curl -sfk -H "Authorization: Bearer $token" "https://127.0.0.1:$API_PORT$1" "${@:2}"
+  curl -sk -H "Authorization: Bearer $token" "https://127.0.0.1:$API_PORT$1" "${@:2}"
 }
 create() { # path yaml: 409 (already there) is fine
   local code
-  code=$(api "$1" -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/yaml' --data-binary "$2") || true
-  case $code in 201|409) ;; *) echo "create $1: HTTP $code" >&2; return 1 ;; esac
+  code=$(api_any "$1" -o .local/demo-create.out -w '%{http_code}' -X POST -H 'Content-Type: application/yaml' --data-binary "$2") || true
+  case $code in 201|409) ;; *) echo "create $1: HTTP $code: $(jq -r .message .local/demo-create.out 2>/dev/null)" >&2; return 1 ;; esac
 }
 wait_for() { # seconds description command...
   local deadline=$((SECONDS + $1)) what=$2; shift 2
@@ -38,6 +41,7 @@ wait_for() { # seconds description command...
   done
 }
 fail() { echo "FAIL: $*" >&2; exit 1; }
+no_replicasets() { api "/apis/apps/v1/namespaces/$ns/replicasets" | jq -e '.items | length == 0'; }
 
 # step "what": starts a step; done_step prints it with its duration.
 step_start=0
@@ -56,9 +60,15 @@ cleanup() {
     echo "DEMO_KEEP=1: left running. KUBECONFIG=$KUBECONFIG; stop with: API_PORT=$API_PORT ETCD_PORT=${ETCD_PORT:-2379} make control-plane-down; kill \$(cat .local/operator.pid)"
     return
   fi
-  step "teardown: operator, node (pods, containerd, cni0), control plane"
-  [ -f .local/operator.pid ] && kill "$(cat .local/operator.pid)" 2>/dev/null && rm -f .local/operator.pid
+  step "teardown: node (pods, containerd, cni0), control plane, operator"
+  # Else the ReplicaSet recreates the pods that the node's teardown deletes.
+  if api "/apis/apps/v1/namespaces/$ns/deployments/orders?propagationPolicy=Background" -X DELETE >/dev/null 2>&1; then
+    wait_for 20 "the ReplicaSets to go" no_replicasets || true
+  fi
+  # The operator goes last: its webhook, failurePolicy Fail, must answer
+  # while the node's pods are deleted.
   hack/control-plane.sh down >> "$log" 2>&1
+  [ -f .local/operator.pid ] && kill "$(cat .local/operator.pid)" 2>/dev/null && rm -f .local/operator.pid
   done_step
   echo "demo done in $(($(date +%s) - total_start))s"
 }
@@ -167,7 +177,9 @@ echo "   job 2: $foreign"
 api "/api/v1/namespaces/$ns/pods/orders/log?container=xxl-agent" | grep -E '^\S+ \S+ job [12]:' | cut -c1-200 | sed 's/^/   agent log: /'
 
 # Not among examples/, which make demo applies whole: a native variant of
-# the fluentd example, selected by its own label, started before the app
+# the fluentd example, selected by its own label (its names differ: the
+# operator refuses two Sidecars adding one name to pods both may select),
+# started before the app
 # so that it ships the app's first line and outlives its last.
 step "a native-sidecar Sidecar and a pod it selects"
 create /apis/sidecar-operator.io/v1alpha1/sidecars "
@@ -178,12 +190,12 @@ spec:
   nativeSidecar: true
   selector: {matchLabels: {logging: fluentd-native}}
   containers:
-  - name: fluentd
+  - name: fluentd-native
     image: 'fluent/fluentd:v1.17-1'
     env: [{name: POD_NAMESPACE, value: '{{ .Pod.Namespace }}'}]
-    volumeMounts: [{name: varlog, mountPath: /var/log, readOnly: true}]
-  volumes: [{name: varlog, emptyDir: {}}]
-  appVolumeMounts: [{name: varlog, mountPath: /var/log}]"
+    volumeMounts: [{name: varlog-native, mountPath: /var/log, readOnly: true}]
+  volumes: [{name: varlog-native, emptyDir: {}}]
+  appVolumeMounts: [{name: varlog-native, mountPath: /var/log}]"
 native_pod="
 apiVersion: v1
 kind: Pod
@@ -197,7 +209,7 @@ injects() { api "/api/v1/namespaces/$ns/pods?dryRun=All" -X POST -H 'Content-Typ
 wait_for 30 "the webhook to inject fluentd-native" injects
 create "/api/v1/namespaces/$ns/pods" "$native_pod"
 wait_for 60 "$ns/orders-native to be ready" all_ready $ns 4
-shipped_first() { api "/api/v1/namespaces/$ns/pods/orders-native/log?container=fluentd" | grep -q 'handled request 1$'; }
+shipped_first() { api "/api/v1/namespaces/$ns/pods/orders-native/log?container=fluentd-native" | grep -q 'handled request 1$'; }
 wait_for 30 "the native shipper to ship the app's first line" shipped_first
 done_step
 # The containers' first log lines, in the runtime's nanosecond timestamps:
@@ -206,8 +218,8 @@ first_line() { api "/api/v1/namespaces/$ns/pods/orders-native/log?container=$1&t
 api "/api/v1/namespaces/$ns/pods/orders-native" | jq -r '
   (.status.initContainerStatuses[] | "   initContainer \(.name) (restartPolicy Always): started \(.state.running.startedAt), ready \(.ready)"),
   (.status.containerStatuses[] | "   container \(.name): started \(.state.running.startedAt), ready \(.ready)")'
-sidecar_first=$(first_line fluentd) app_first=$(first_line orders)
-echo "   fluentd's first line: $sidecar_first"
-echo "   orders' first line:   $app_first"
+sidecar_first=$(first_line fluentd-native) app_first=$(first_line orders)
+echo "   fluentd-native's first line: $sidecar_first"
+echo "   orders' first line:          $app_first"
 # RFC3339Nano drops trailing zeros, so compare numbers, not strings.
 [ "$(date -d "${sidecar_first%% *}" +%s%N)" -lt "$(date -d "${app_first%% *}" +%s%N)" ] || fail "the native sidecar did not start before the app"
