@@ -89,7 +89,7 @@ bench-operator: control-plane ## The operator on PODS (10,000) injected pods in 
 	hack/bench-operator.sh
 
 .PHONY: demo
-demo: control-plane ## Start a control plane, run the operator, apply the examples, show the injected pod, verify and status.
+demo: control-plane ## Start a control plane, run the operator, apply the examples, show the injected pod, verify and status. NODE=1: with a node, the pods run (hack/demo-node.sh).
 	hack/demo.sh
 
 .PHONY: help

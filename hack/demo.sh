@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # make demo: a local control plane, the operator, the examples and an injected pod.
-# DEMO_KEEP=1 leaves the control plane and the operator running.
+# DEMO_KEEP=1 leaves the control plane and the operator running. NODE=1 runs
+# hack/demo-node.sh instead: the same with a node, so that the pods run.
+# WEBHOOK_PORT, METRICS_PORT and PROBE_PORT move the operator's listeners.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+if [ "${NODE:-}" = 1 ]; then exec hack/demo-node.sh; fi
+WEBHOOK_PORT=${WEBHOOK_PORT:-9443}
+METRICS_PORT=${METRICS_PORT:-8443}
+PROBE_PORT=${PROBE_PORT:-8081}
 export KUBECONFIG="$root/.local/kubeconfig"
 
 cleanup() {
@@ -26,14 +32,15 @@ trap cleanup EXIT
 bin/demo -step crds
 
 echo "== running the operator: bin/sidecar-operator run --kubeconfig .local/kubeconfig"
-bin/sidecar-operator run --kubeconfig .local/kubeconfig --metrics-bind-address 127.0.0.1:8443 > .local/operator.log 2>&1 &
+bin/sidecar-operator run --kubeconfig .local/kubeconfig --metrics-bind-address "127.0.0.1:$METRICS_PORT" \
+  --webhook-addr "127.0.0.1:$WEBHOOK_PORT" --health-probe-bind-address ":$PROBE_PORT" > .local/operator.log 2>&1 &
 echo $! > .local/operator.pid
 for _ in $(seq 1 100); do
-  curl -sfk https://127.0.0.1:9443/readyz >/dev/null 2>&1 && break
+  curl -sfk "https://127.0.0.1:$WEBHOOK_PORT/readyz" >/dev/null 2>&1 && break
   kill -0 "$(cat .local/operator.pid)" 2>/dev/null || { cat .local/operator.log >&2; exit 1; }
   sleep 0.2
 done
-curl -sfk https://127.0.0.1:9443/readyz >/dev/null || { echo "operator not ready" >&2; cat .local/operator.log >&2; exit 1; }
+curl -sfk "https://127.0.0.1:$WEBHOOK_PORT/readyz" >/dev/null || { echo "operator not ready" >&2; cat .local/operator.log >&2; exit 1; }
 echo "operator ready; webhook registered as MutatingWebhookConfiguration sidecar-operator"
 
 echo "== applying examples/fluentd.yaml, examples/xxl-agent.yaml and examples/workloads/pod.yaml"
@@ -52,7 +59,7 @@ done
 bin/sidecar-operator status --kubeconfig .local/kubeconfig -n demo
 
 echo
-echo "== the admin API: GET https://127.0.0.1:8443/admin/v1/sidecars with the admin's token"
+echo "== the admin API: GET https://127.0.0.1:$METRICS_PORT/admin/v1/sidecars with the admin's token"
 token=$(awk -F, '{print $1}' .local/pki/tokens.csv)
-curl -sfk -H "Authorization: Bearer $token" https://127.0.0.1:8443/admin/v1/sidecars | head -20
-echo "   ... and without a token: HTTP $(curl -sk -o /dev/null -w '%{http_code}' https://127.0.0.1:8443/admin/v1/sidecars)"
+curl -sfk -H "Authorization: Bearer $token" "https://127.0.0.1:$METRICS_PORT/admin/v1/sidecars" | head -20
+echo "   ... and without a token: HTTP $(curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$METRICS_PORT/admin/v1/sidecars")"

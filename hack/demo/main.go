@@ -131,7 +131,10 @@ func applyExamples(ctx context.Context, c client.Client) error {
 		if err == nil && strings.Count(p.Annotations["sidecar-operator.io/status"], `"name"`) == len(scs) {
 			break
 		}
-		if err := sleep(ctx); err != nil {
+		if serr := sleep(ctx); serr != nil {
+			if err != nil { // the last answer says why, e.g. a denial
+				return fmt.Errorf("the webhook did not inject the examples in time: %w", err)
+			}
 			return errors.New("the webhook did not inject the examples in time")
 		}
 	}

@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# NODE=1 make demo: the demo with a kubelet node (hack/node.sh), so that the
+# injected pods run. It shows the node Ready, the examples' pod Running with
+# every container ready, the fluentd stand-in shipping the app's lines, the
+# xxl-job agent's exec allowed by the RoleBinding the operator made and
+# refused in another namespace, and a native sidecar started before its app.
+# One progress line per step, with its duration.
+#   API_PORT, ETCD_PORT: the control plane's ports (6443, 2379)
+#   WEBHOOK_PORT, METRICS_PORT, PROBE_PORT: the operator's (9443, 8443, 8081)
+#   DEMO_KEEP=1 leaves everything running.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export KUBECONFIG="$root/.local/kubeconfig" NODE=1
+API_PORT=${API_PORT:-6443}
+WEBHOOK_PORT=${WEBHOOK_PORT:-9443}
+METRICS_PORT=${METRICS_PORT:-8443}
+PROBE_PORT=${PROBE_PORT:-8081}
+export API_PORT
+ns=demo
+other=demo-other
+log=.local/demo-node.log # the verbose output of the steps
+
+api() { # path [curl args]: as the admin; fails on an HTTP error unless -f is dropped (api_any)
+  api_any "$1" -f "${@:2}"
+}
+api_any() {
+  local token; token=$(head -1 .local/pki/tokens.csv | cut -d, -f1)
+  curl -sk -H "Authorization: Bearer $token" "https://127.0.0.1:$API_PORT$1" "${@:2}"
+}
+create() { # path yaml: 409 (already there) is fine
+  local code
+  code=$(api_any "$1" -o .local/demo-create.out -w '%{http_code}' -X POST -H 'Content-Type: application/yaml' --data-binary "$2") || true
+  case $code in 201|409) ;; *) echo "create $1: HTTP $code: $(jq -r .message .local/demo-create.out 2>/dev/null)" >&2; return 1 ;; esac
+}
+wait_for() { # seconds description command...
+  local deadline=$((SECONDS + $1)) what=$2; shift 2
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then echo "demo: timed out waiting for $what" >&2; return 1; fi
+    sleep 0.2
+  done
+}
+fail() { echo "FAIL: $*" >&2; exit 1; }
+no_replicasets() { api "/apis/apps/v1/namespaces/$ns/replicasets" | jq -e '.items | length == 0'; }
+
+# step "what": starts a step; done_step prints it with its duration.
+step_start=0
+# The name is printed first, so that a long step shows what it waits for.
+step() { step_start=$(date +%s%N); printf '== %-60s' "$1"; }
+done_step() {
+  local ms=$((($(date +%s%N) - step_start) / 1000000))
+  printf ' %3d.%ds\n' $((ms / 1000)) $((ms % 1000 / 100))
+}
+total_start=$(date +%s)
+
+cleanup() {
+  local rc=$?
+  [ $rc = 0 ] || { echo; echo "demo failed; the steps' output: $log; the last lines:" >&2; tail -20 "$log" >&2; }
+  if [ "${DEMO_KEEP:-}" = 1 ]; then
+    echo "DEMO_KEEP=1: left running. KUBECONFIG=$KUBECONFIG; stop with: API_PORT=$API_PORT ETCD_PORT=${ETCD_PORT:-2379} make control-plane-down; kill \$(cat .local/operator.pid)"
+    return
+  fi
+  step "teardown: node (pods, containerd, cni0), control plane, operator"
+  # Else the ReplicaSet recreates the pods that the node's teardown deletes.
+  if api "/apis/apps/v1/namespaces/$ns/deployments/orders?propagationPolicy=Background" -X DELETE >/dev/null 2>&1; then
+    wait_for 20 "the ReplicaSets to go" no_replicasets || true
+  fi
+  # The operator goes last: its webhook, failurePolicy Fail, must answer
+  # while the node's pods are deleted.
+  hack/control-plane.sh down >> "$log" 2>&1
+  [ -f .local/operator.pid ] && kill "$(cat .local/operator.pid)" 2>/dev/null && rm -f .local/operator.pid
+  done_step
+  echo "demo done in $(($(date +%s) - total_start))s"
+}
+
+mkdir -p .local
+: > "$log"
+
+step "build the operator and bin/demo"
+go build -o bin/sidecar-operator ./cmd/sidecar-operator
+go build -o bin/demo ./hack/demo
+done_step
+
+# The first run builds kubelet and friends, installs containerd and the CNI
+# plugins and builds the images: minutes; later runs take seconds.
+trap cleanup EXIT
+step "control plane and node up (API_PORT=$API_PORT)"
+hack/control-plane.sh up >> "$log" 2>&1
+done_step
+node=$(hostname | tr '[:upper:]' '[:lower:]')
+api "/api/v1/nodes/$node" | jq -r '"   node \(.metadata.name): Ready=\(.status.conditions[] | select(.type == "Ready") | .status), kubelet \(.status.nodeInfo.kubeletVersion), \(.status.nodeInfo.containerRuntimeVersion)"'
+
+step "install the CRD"
+bin/demo -step crds >> "$log"
+done_step
+
+step "run the operator (webhook 127.0.0.1:$WEBHOOK_PORT)"
+bin/sidecar-operator run --kubeconfig .local/kubeconfig --webhook-addr "127.0.0.1:$WEBHOOK_PORT" \
+  --metrics-bind-address "127.0.0.1:$METRICS_PORT" --health-probe-bind-address "127.0.0.1:$PROBE_PORT" \
+  > .local/operator.log 2>&1 &
+echo $! > .local/operator.pid
+ready() { kill -0 "$(cat .local/operator.pid)" && curl -sfk "https://127.0.0.1:$WEBHOOK_PORT/readyz"; }
+wait_for 30 "the operator" ready || { cat .local/operator.log >&2; exit 1; }
+done_step
+
+# bin/demo waits until the webhook injects both examples, creates the pod
+# and waits for the RoleBinding the operator makes for the xxl-agent.
+step "apply examples/*.yaml and examples/workloads/pod.yaml"
+bin/demo -step apply >> "$log"
+done_step
+
+step "apply examples/workloads/deployment.yaml"
+# One document at a time: the apiserver takes one object per request.
+awk -v out=.local/demo-doc. '/^---$/ {n++; next} {print > (out n)}' examples/workloads/deployment.yaml
+for doc in .local/demo-doc.*; do
+  kind=$(awk '/^kind:/ {print tolower($2); exit}' "$doc")
+  case $kind in
+    deployment) path=/apis/apps/v1/namespaces/$ns/deployments ;;
+    service) path=/api/v1/namespaces/$ns/services ;;
+    *) fail "$doc: unexpected kind $kind" ;;
+  esac
+  create "$path" "$(cat "$doc")"
+done
+rm -f .local/demo-doc.*
+done_step
+
+# Another namespace, with a pod of the same app that nothing grants on.
+step "create namespace $other and its pod bystander"
+create /api/v1/namespaces "{apiVersion: v1, kind: Namespace, metadata: {name: $other}}"
+wait_for 30 "serviceaccount $other/default" api "/api/v1/namespaces/$other/serviceaccounts/default"
+create "/api/v1/namespaces/$other/pods" "
+apiVersion: v1
+kind: Pod
+metadata: {name: bystander}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers: [{name: orders, image: 'registry.example.com/shop/orders:2.3.1'}]"
+done_step
+
+all_ready() { # namespace: at least $2 pods, each Running with every container ready
+  api "/api/v1/namespaces/$1/pods" | jq -e --argjson n "$2" '(.items | length) >= $n and all(.items[];
+    .status.phase == "Running" and all(.status.containerStatuses[]; .ready))'
+}
+step "wait for the pods to run, every container ready"
+wait_for 120 "the pods of $ns to be ready" all_ready $ns 3
+wait_for 60 "$other/bystander to be ready" all_ready $other 1
+done_step
+api "/api/v1/namespaces/$ns/pods" | jq -r '.items[] | "   pod \(.metadata.namespace)/\(.metadata.name): \(.status.phase), ready \([.status.containerStatuses[] | select(.ready)] | length)/\(.status.containerStatuses | length) (\([.spec.containers[].name] | join(", ")))"'
+
+# The shipper tags each of the app's lines with namespace/pod and file.
+step "the fluentd stand-in ships the app's lines"
+shipped() { api "/api/v1/namespaces/$ns/pods/orders/log?container=fluentd" | grep -q "^$ns/orders app.log: .* handled request 2$"; }
+wait_for 30 "the shipper to ship the app's second line" shipped
+done_step
+api "/api/v1/namespaces/$ns/pods/orders/log?container=fluentd" | sed -n "1,2s/^/   fluentd: /p"
+
+# The grant is the operator's: its labels, and no Role of anyone else's.
+step "the agent execs into its app, by the operator's RoleBinding"
+binding=$(api "/apis/rbac.authorization.k8s.io/v1/namespaces/$ns/rolebindings/sidecar-operator:xxl-agent")
+jq -e '.metadata.labels["app.kubernetes.io/managed-by"] == "sidecar-operator"' <<< "$binding" >/dev/null ||
+  fail "RoleBinding not the operator's: $binding"
+ip=$(api "/api/v1/namespaces/$ns/pods/orders" | jq -r .status.podIP)
+job() { curl -sf --max-time 20 "http://$ip:9999/run" -H 'Content-Type: application/json' -d "$1"; }
+wait_for 30 "the agent to listen on $ip:9999" curl -s --max-time 1 -o /dev/null "http://$ip:9999/"
+own=$(job '{"jobId": 1, "glueSource": "/app tail -n 1"}')
+jq -e '.code == 200 and (.msg | test("handled request"))' <<< "$own" >/dev/null || fail "exec into its own pod: $own"
+done_step
+jq -r '"   RoleBinding \(.metadata.namespace)/\(.metadata.name) (labels \(.metadata.labels | to_entries | map("\(.key)=\(.value)") | join(","))): \(.roleRef.kind) \(.roleRef.name) to \([.subjects[] | "\(.kind) \(.namespace)/\(.name)"] | join(", "))"' <<< "$binding"
+echo "   Roles in $ns: $(api "/apis/rbac.authorization.k8s.io/v1/namespaces/$ns/roles" | jq '.items | length')"
+echo "   job 1, /app tail -n 1 in $ns/orders: $own"
+
+step "the same exec into $other/bystander is refused"
+foreign=$(job "{\"jobId\": 2, \"glueSource\": \"/app tail -n 1\", \"executorParams\": \"$other/bystander\"}")
+jq -e '.code == 500 and (.msg | test("forbidden"))' <<< "$foreign" >/dev/null || fail "exec into $other was not refused: $foreign"
+done_step
+echo "   job 2: $foreign"
+api "/api/v1/namespaces/$ns/pods/orders/log?container=xxl-agent" | grep -E '^\S+ \S+ job [12]:' | cut -c1-200 | sed 's/^/   agent log: /'
+
+# Not among examples/, which make demo applies whole: a native variant of
+# the fluentd example, selected by its own label (its names differ: the
+# operator refuses two Sidecars adding one name to pods both may select),
+# started before the app
+# so that it ships the app's first line and outlives its last.
+step "a native-sidecar Sidecar and a pod it selects"
+create /apis/sidecar-operator.io/v1alpha1/sidecars "
+apiVersion: sidecar-operator.io/v1alpha1
+kind: Sidecar
+metadata: {name: fluentd-native}
+spec:
+  nativeSidecar: true
+  selector: {matchLabels: {logging: fluentd-native}}
+  containers:
+  - name: fluentd-native
+    image: 'fluent/fluentd:v1.17-1'
+    env: [{name: POD_NAMESPACE, value: '{{ .Pod.Namespace }}'}]
+    volumeMounts: [{name: varlog-native, mountPath: /var/log, readOnly: true}]
+  volumes: [{name: varlog-native, emptyDir: {}}]
+  appVolumeMounts: [{name: varlog-native, mountPath: /var/log}]"
+native_pod="
+apiVersion: v1
+kind: Pod
+metadata: {name: orders-native, labels: {app: orders, logging: fluentd-native}}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers: [{name: orders, image: 'registry.example.com/shop/orders:2.3.1'}]"
+# The operator sees the new Sidecar through its cache: dry-run until it injects.
+injects() { api "/api/v1/namespaces/$ns/pods?dryRun=All" -X POST -H 'Content-Type: application/yaml' \
+  --data-binary "$native_pod" | jq -e '.spec.initContainers[0].restartPolicy == "Always"'; }
+wait_for 30 "the webhook to inject fluentd-native" injects
+create "/api/v1/namespaces/$ns/pods" "$native_pod"
+wait_for 60 "$ns/orders-native to be ready" all_ready $ns 4
+shipped_first() { api "/api/v1/namespaces/$ns/pods/orders-native/log?container=fluentd-native" | grep -q 'handled request 1$'; }
+wait_for 30 "the native shipper to ship the app's first line" shipped_first
+done_step
+# The containers' first log lines, in the runtime's nanosecond timestamps:
+# the kubelet starts the app only once the native sidecar runs.
+first_line() { api "/api/v1/namespaces/$ns/pods/orders-native/log?container=$1&timestamps=true" | sed -n 1p; }
+api "/api/v1/namespaces/$ns/pods/orders-native" | jq -r '
+  (.status.initContainerStatuses[] | "   initContainer \(.name) (restartPolicy Always): started \(.state.running.startedAt), ready \(.ready)"),
+  (.status.containerStatuses[] | "   container \(.name): started \(.state.running.startedAt), ready \(.ready)")'
+sidecar_first=$(first_line fluentd-native) app_first=$(first_line orders)
+echo "   fluentd-native's first line: $sidecar_first"
+echo "   orders' first line:          $app_first"
+# RFC3339Nano drops trailing zeros, so compare numbers, not strings.
+[ "$(date -d "${sidecar_first%% *}" +%s%N)" -lt "$(date -d "${app_first%% *}" +%s%N)" ] || fail "the native sidecar did not start before the app"
