@@ -212,23 +212,26 @@ func isTokenMount(m *corev1.VolumeMount) bool {
 		m.SubPath == "" && m.SubPathExpr == "" && m.MountPropagation == nil
 }
 
-// isTokenVolume says the pod's volume of that name projects the pod's own
-// ServiceAccount token for the apiserver, as the plugin makes it.
+// isTokenVolume says the pod's volume of that name is the one the plugin
+// makes, exactly: the pod's own ServiceAccount token for the apiserver, the
+// cluster's CA and the namespace, and no other source that could put files
+// of the pod creator's beside them.
 func isTokenVolume(pod *corev1.Pod, name string) bool {
-	for i := range pod.Spec.Volumes {
-		if v := &pod.Spec.Volumes[i]; v.Name == name {
-			if v.Projected == nil {
-				return false
-			}
-			for _, src := range v.Projected.Sources {
-				if t := src.ServiceAccountToken; t != nil && t.Audience == "" && t.Path == "token" {
-					return true
-				}
-			}
-			return false
-		}
+	i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name })
+	if i < 0 || pod.Spec.Volumes[i].Projected == nil {
+		return false
 	}
-	return false
+	src := pod.Spec.Volumes[i].Projected.Sources
+	if len(src) != 3 {
+		return false
+	}
+	token, ca, ns := src[0].ServiceAccountToken, src[1].ConfigMap, src[2].DownwardAPI
+	return token != nil && token.Audience == "" && token.Path == "token" &&
+		ca != nil && ca.Name == "kube-root-ca.crt" && len(ca.Items) == 1 && ca.Items[0].Key == "ca.crt" && ca.Items[0].Path == "ca.crt" &&
+		ns != nil && len(ns.Items) == 1 && ns.Items[0].Path == "namespace" && ns.Items[0].FieldRef != nil && ns.Items[0].FieldRef.FieldPath == "metadata.namespace" &&
+		src[0].Secret == nil && src[0].ConfigMap == nil && src[0].DownwardAPI == nil && src[0].ClusterTrustBundle == nil && src[0].PodCertificate == nil &&
+		src[1].Secret == nil && src[1].ServiceAccountToken == nil && src[1].DownwardAPI == nil && src[1].ClusterTrustBundle == nil && src[1].PodCertificate == nil &&
+		src[2].Secret == nil && src[2].ServiceAccountToken == nil && src[2].ConfigMap == nil && src[2].ClusterTrustBundle == nil && src[2].PodCertificate == nil
 }
 
 // verifySignature checks only the signature, not the pod's containers.

@@ -73,11 +73,18 @@ func TestVerify(t *testing.T) {
 			p.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
 		}, want: ErrContentChanged},
 		{name: "the ServiceAccount plugin mounts the token after the webhook", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
-			mountToken(p, corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
-				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: new(int64(3607))}},
-				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}}},
-			}}})
+			mountToken(p, corev1.VolumeSource{Projected: tokenProjection()})
 		}},
+		{name: "the token's directory with a Secret of the pod creator's beside it", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			v := tokenProjection()
+			v.Sources = append(v.Sources, corev1.VolumeProjection{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "mine"}}})
+			mountToken(p, corev1.VolumeSource{Projected: v})
+		}, want: ErrContentChanged},
+		{name: "the token's directory with another CA", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			v := tokenProjection()
+			v.Sources[1].ConfigMap.Name = "my-ca"
+			mountToken(p, corev1.VolumeSource{Projected: v})
+		}, want: ErrContentChanged},
 		{name: "a Secret mounted where the token goes, named like it", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
 			mountToken(p, corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "someone-elses-token"}})
 		}, want: ErrContentChanged},
@@ -196,4 +203,15 @@ func mountToken(p *corev1.Pod, source corev1.VolumeSource) {
 		p.Spec.Containers[i].VolumeMounts = append(p.Spec.Containers[i].VolumeMounts,
 			corev1.VolumeMount{Name: "kube-api-access-abcde", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true})
 	}
+}
+
+// tokenProjection is the volume the ServiceAccount plugin makes.
+func tokenProjection() *corev1.ProjectedVolumeSource {
+	return &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: new(int64(3607))}},
+		{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+			Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+		{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+			{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+	}}
 }
