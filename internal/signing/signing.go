@@ -222,16 +222,37 @@ func isTokenVolume(pod *corev1.Pod, name string) bool {
 		return false
 	}
 	src := pod.Spec.Volumes[i].Projected.Sources
-	if len(src) != 3 {
-		return false
+	return len(src) == 3 && isPluginToken(src[0]) && isRootCA(src[1]) && isNamespaceFile(src[2])
+}
+
+func isPluginToken(p corev1.VolumeProjection) bool {
+	t := p.ServiceAccountToken
+	return sources(p) == 1 && t != nil && t.Audience == "" && t.Path == "token"
+}
+
+func isRootCA(p corev1.VolumeProjection) bool {
+	c := p.ConfigMap
+	return sources(p) == 1 && c != nil && c.Name == "kube-root-ca.crt" && len(c.Items) == 1 && c.Items[0].Key == "ca.crt" && c.Items[0].Path == "ca.crt"
+}
+
+func isNamespaceFile(p corev1.VolumeProjection) bool {
+	d := p.DownwardAPI
+	return sources(p) == 1 && d != nil && len(d.Items) == 1 && d.Items[0].Path == "namespace" &&
+		d.Items[0].FieldRef != nil && d.Items[0].FieldRef.FieldPath == "metadata.namespace"
+}
+
+// sources counts what a projection sets; the API allows one, but the type
+// holds them all.
+func sources(p corev1.VolumeProjection) int {
+	n := 0
+	for _, set := range []bool{
+		p.Secret != nil, p.ConfigMap != nil, p.DownwardAPI != nil, p.ServiceAccountToken != nil, p.ClusterTrustBundle != nil, p.PodCertificate != nil,
+	} {
+		if set {
+			n++
+		}
 	}
-	token, ca, ns := src[0].ServiceAccountToken, src[1].ConfigMap, src[2].DownwardAPI
-	return token != nil && token.Audience == "" && token.Path == "token" &&
-		ca != nil && ca.Name == "kube-root-ca.crt" && len(ca.Items) == 1 && ca.Items[0].Key == "ca.crt" && ca.Items[0].Path == "ca.crt" &&
-		ns != nil && len(ns.Items) == 1 && ns.Items[0].Path == "namespace" && ns.Items[0].FieldRef != nil && ns.Items[0].FieldRef.FieldPath == "metadata.namespace" &&
-		src[0].Secret == nil && src[0].ConfigMap == nil && src[0].DownwardAPI == nil && src[0].ClusterTrustBundle == nil && src[0].PodCertificate == nil &&
-		src[1].Secret == nil && src[1].ServiceAccountToken == nil && src[1].DownwardAPI == nil && src[1].ClusterTrustBundle == nil && src[1].PodCertificate == nil &&
-		src[2].Secret == nil && src[2].ServiceAccountToken == nil && src[2].ConfigMap == nil && src[2].ClusterTrustBundle == nil && src[2].PodCertificate == nil
+	return n
 }
 
 // verifySignature checks only the signature, not the pod's containers.
