@@ -31,8 +31,10 @@ type eventGate struct {
 	mu       sync.Mutex
 	// buckets has a key per Sidecar and reason the engine produced, so the
 	// Sidecars bound it, not the callers.
-	buckets map[string]*eventBucket
+	buckets map[eventKey]*eventBucket
 }
+
+type eventKey struct{ sidecar, reason string }
 
 type eventBucket struct {
 	limiter  *rate.Limiter
@@ -43,28 +45,29 @@ func newEventGate(r recorder.EventRecorder, limit EventLimit) *eventGate {
 	if limit == (EventLimit{}) {
 		limit = DefaultEventLimit
 	}
-	return &eventGate{recorder: r, limit: limit, buckets: map[string]*eventBucket{}}
+	return &eventGate{recorder: r, limit: limit, buckets: map[eventKey]*eventBucket{}}
 }
 
 // tell records an Event on Sidecar sidecar, unless an unauthenticated
-// caller's Events for it and reason are over the rate.
-func (g *eventGate) tell(r *http.Request, sidecar, eventType, reason, note string) {
+// caller's Events for it and reason are over the rate; the note is
+// formatted only when it is told.
+func (g *eventGate) tell(r *http.Request, sidecar, eventType, reason, format string, args ...any) {
 	if !authenticated(r) {
-		held, ok := g.admit(sidecar + "/" + reason)
+		held, ok := g.admit(eventKey{sidecar, reason})
 		if !ok {
 			eventsHeldBack.Inc()
 			return
 		}
 		if held > 0 {
-			note = fmt.Sprintf("%s (and %d more since the last such Event, held back: the caller is not authenticated)", note, held)
+			format += fmt.Sprintf(" (and %d more since the last such Event, held back: the caller is not authenticated)", held)
 		}
 	}
-	g.recorder.Eventf(sidecarRef(sidecar), nil, eventType, reason, "Inject", "%s", note)
+	g.recorder.Eventf(sidecarRef(sidecar), nil, eventType, reason, "Inject", format, args...)
 }
 
 // admit takes a token of key's bucket; ok false counts one more held back,
 // and held says how many were held back before this one.
-func (g *eventGate) admit(key string) (held int, ok bool) {
+func (g *eventGate) admit(key eventKey) (held int, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	b := g.buckets[key]

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -216,13 +215,13 @@ func (m *Mutator) report(r *http.Request, req *podRequest, res *inject.Result) {
 		pod = req.Namespace + "/" + req.Object.Metadata.GenerateName + "*"
 	}
 	for _, in := range res.Injected {
-		m.events.tell(r, in.Name, corev1.EventTypeNormal, "Injected", fmt.Sprintf("injected revision %s into pod %s", in.Revision, pod))
+		m.events.tell(r, in.Name, corev1.EventTypeNormal, "Injected", "injected revision %s into pod %s", in.Revision, pod)
 	}
 	for _, s := range res.Skipped {
-		m.events.tell(r, s.Sidecar, corev1.EventTypeNormal, "Skipped", fmt.Sprintf("not injected into pod %s: %s", pod, s.Reason))
+		m.events.tell(r, s.Sidecar, corev1.EventTypeNormal, "Skipped", "not injected into pod %s: %s", pod, s.Reason)
 	}
 	for _, name := range res.Denied {
-		m.events.tell(r, name, corev1.EventTypeWarning, "Denied", fmt.Sprintf("pod %s denied: %s", pod, res.Denial))
+		m.events.tell(r, name, corev1.EventTypeWarning, "Denied", "pod %s denied: %s", pod, res.Denial)
 	}
 }
 

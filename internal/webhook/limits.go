@@ -3,7 +3,6 @@ package webhook
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"golang.org/x/sync/semaphore"
 
@@ -97,22 +96,22 @@ func (l *limiter) wrap(h reviewHandler) http.Handler {
 		if declared < 0 {
 			declared = MaxRequestBytes
 		}
-		release, ok := l.hold(w, declared)
+		held, ok := l.hold(w, declared)
 		if !ok {
 			return
 		}
 		in := bufPool.Get().(*[]byte)
 		defer putBuf(in)
-		if !readInto(w, r, in) {
-			release()
+		read := readInto(w, r, in)
+		held.release()
+		if !read {
 			return
 		}
 		// Decoding costs more than the body: hold that too, before it starts.
-		release()
-		if release, ok = l.hold(w, declared+decodeCost(*in)); !ok {
+		if held, ok = l.hold(w, declared+decodeCost(*in)); !ok {
 			return
 		}
-		defer release()
+		defer held.release()
 		h(w, r, in)
 	})
 }
@@ -134,38 +133,47 @@ func decodeCost(body []byte) int64 {
 	return int64(len(body)+2*n.NonASCII) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*costPerScalar
 }
 
+// holding is bytes of the budget a review holds.
+type holding struct {
+	l     *limiter
+	n     int64
+	large bool
+}
+
+func (h holding) release() {
+	h.l.buffered.Release(h.n)
+	if h.large {
+		h.l.large.Release(h.n)
+	}
+}
+
 // hold takes n bytes of the budget, answering if it cannot: 413 when n is
 // more than any review may hold, 429 when others hold too much now.
-func (l *limiter) hold(w http.ResponseWriter, n int64) (release func(), ok bool) {
+func (l *limiter) hold(w http.ResponseWriter, n int64) (holding, bool) {
 	if largeShare := l.limits.MaxBufferedBytes * 3 / 4; n > largeShare {
 		http.Error(w, fmt.Sprintf("decoding this review would hold %d MiB, more than any review may (3/4 of --%s=%d): it has too many JSON objects and arrays",
 			n>>20, FlagMaxBufferedBytes, l.limits.MaxBufferedBytes>>20), http.StatusRequestEntityTooLarge)
-		return nil, false
+		return holding{}, false
 	}
-	large := n > largeBody
-	if large && !l.large.TryAcquire(n) {
+	h := holding{l: l, n: n, large: n > largeBody}
+	if h.large && !l.large.TryAcquire(n) {
 		refuse(w, fmt.Sprintf("large reviews already fill their share of %d MiB (--%s)", l.limits.MaxBufferedBytes>>20, FlagMaxBufferedBytes))
-		return nil, false
+		return holding{}, false
 	}
 	if !l.buffered.TryAcquire(n) {
-		if large {
+		if h.large {
 			l.large.Release(n)
 		}
 		refuse(w, fmt.Sprintf("reviews already fill %d MiB (--%s)", l.limits.MaxBufferedBytes>>20, FlagMaxBufferedBytes))
-		return nil, false
+		return holding{}, false
 	}
-	return func() {
-		l.buffered.Release(n)
-		if large {
-			l.large.Release(n)
-		}
-	}, true
+	return h, true
 }
 
 // refuse answers 429 and closes the connection, whose unread body the
 // client may still be sending.
 func refuse(w http.ResponseWriter, why string) {
-	w.Header().Set("Retry-After", strconv.Itoa(1))
+	w.Header().Set("Retry-After", "1")
 	w.Header().Set("Connection", "close")
 	http.Error(w, "the webhook is at a limit: "+why+"; retry", http.StatusTooManyRequests)
 }

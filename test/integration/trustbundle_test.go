@@ -27,6 +27,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -292,36 +293,37 @@ func watchCABundles(t *testing.T) *caBundleWatch {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// bundles names each webhook's caBundle in a configuration.
+	bundles := func(obj any) map[string][]byte {
+		out := map[string][]byte{}
+		switch c := obj.(type) {
+		case *admissionv1.MutatingWebhookConfiguration:
+			for _, wh := range c.Webhooks {
+				out["MutatingWebhookConfiguration/"+wh.Name] = wh.ClientConfig.CABundle
+			}
+		case *admissionv1.ValidatingWebhookConfiguration:
+			for _, wh := range c.Webhooks {
+				out["ValidatingWebhookConfiguration/"+wh.Name] = wh.ClientConfig.CABundle
+			}
+		}
+		return out
+	}
 	var initial sync.WaitGroup
-	initial.Add(2)
-	go func() {
-		first := true
-		for ev := range mutating.ResultChan() {
-			if m, ok := ev.Object.(*admissionv1.MutatingWebhookConfiguration); ok {
-				for _, wh := range m.Webhooks {
-					w.add("MutatingWebhookConfiguration/"+wh.Name, wh.ClientConfig.CABundle)
+	for _, configs := range []watch.Interface{mutating, validating} {
+		initial.Add(1)
+		go func() {
+			first := true
+			for ev := range configs.ResultChan() {
+				for name, bundle := range bundles(ev.Object) {
+					w.add(name, bundle)
+				}
+				if first {
+					first = false
+					initial.Done()
 				}
 			}
-			if first {
-				first = false
-				initial.Done()
-			}
-		}
-	}()
-	go func() {
-		first := true
-		for ev := range validating.ResultChan() {
-			if v, ok := ev.Object.(*admissionv1.ValidatingWebhookConfiguration); ok {
-				for _, wh := range v.Webhooks {
-					w.add("ValidatingWebhookConfiguration/"+wh.Name, wh.ClientConfig.CABundle)
-				}
-			}
-			if first {
-				first = false
-				initial.Done()
-			}
-		}
-	}()
+		}()
+	}
 	initial.Wait()
 	t.Cleanup(func() { mutating.Stop(); validating.Stop() })
 	return w
