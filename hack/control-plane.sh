@@ -16,17 +16,8 @@ ETCD_PORT=${ETCD_PORT:-2379}
 NODE=${NODE:-}
 export API_PORT NODE
 
-stop() {
-  local name=$1 pidfile="$state/$1.pid"
-  [ -f "$pidfile" ] || return 0
-  local pid; pid=$(cat "$pidfile")
-  if kill "$pid" 2>/dev/null; then
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$pidfile"
-  echo "stopped $name"
-}
+# shellcheck source=hack/lib.sh
+. "$root/hack/lib.sh"
 
 kubeconfig() { # file user token
   cat > "$1" <<KC
@@ -153,9 +144,9 @@ up() {
 
 down() {
   "$root/hack/node.sh" down
-  stop kube-controller-manager
-  stop kube-apiserver
-  stop etcd
+  stop_pid kube-controller-manager
+  stop_pid kube-apiserver
+  stop_pid etcd
   rm -f "$state/node-mode"
 }
 

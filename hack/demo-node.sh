@@ -20,27 +20,9 @@ export API_PORT
 ns=demo
 other=demo-other
 log=.local/demo-node.log # the verbose output of the steps
+# shellcheck source=hack/lib.sh
+. hack/lib.sh
 
-api() { # path [curl args]: as the admin; fails on an HTTP error unless -f is dropped (api_any)
-  api_any "$1" -f "${@:2}"
-}
-api_any() {
-  local token; token=$(head -1 .local/pki/tokens.csv | cut -d, -f1)
-  curl -sk -H "Authorization: Bearer $token" "https://127.0.0.1:$API_PORT$1" "${@:2}"
-}
-create() { # path yaml: 409 (already there) is fine
-  local code
-  code=$(api_any "$1" -o .local/demo-create.out -w '%{http_code}' -X POST -H 'Content-Type: application/yaml' --data-binary "$2") || true
-  case $code in 201|409) ;; *) echo "create $1: HTTP $code: $(jq -r .message .local/demo-create.out 2>/dev/null)" >&2; return 1 ;; esac
-}
-wait_for() { # seconds description command...
-  local deadline=$((SECONDS + $1)) what=$2; shift 2
-  until "$@" >/dev/null 2>&1; do
-    if [ $SECONDS -ge $deadline ]; then echo "demo: timed out waiting for $what" >&2; return 1; fi
-    sleep 0.2
-  done
-}
-fail() { echo "FAIL: $*" >&2; exit 1; }
 no_replicasets() { api "/apis/apps/v1/namespaces/$ns/replicasets" | jq -e '.items | length == 0'; }
 
 # step "what": starts a step; done_step prints it with its duration.

@@ -9,30 +9,14 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-state="$root/.local"
 API_PORT=${API_PORT:-6443}
 ns=node-check
 other=node-check-other
+# shellcheck source=hack/lib.sh
+. "$root/hack/lib.sh"
 
-api() {
-  local token; token=$(head -1 "$state/pki/tokens.csv" | cut -d, -f1)
-  curl -sfk -H "Authorization: Bearer $token" "https://127.0.0.1:$API_PORT$1" "${@:2}"
-}
-create() { # path yaml: 409 (already there) is fine
-  local code
-  code=$(api "$1" -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/yaml' --data-binary "$2") || true
-  case $code in 201|409) ;; *) echo "create $1: HTTP $code" >&2; return 1 ;; esac
-}
-wait_for() { # seconds description command...
-  local deadline=$((SECONDS + $1)) what=$2; shift 2
-  until "$@" >/dev/null 2>&1; do
-    if [ $SECONDS -ge $deadline ]; then echo "check: timed out waiting for $what" >&2; return 1; fi
-    sleep 0.2
-  done
-}
 phase() { api "/api/v1/namespaces/$1/pods/$2" | jq -e --arg p "$3" '.status.phase == $p'; }
 gone() { ! api "/api/v1/namespaces/$1/pods/$2" >/dev/null; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 for n in $ns $other; do
   create /api/v1/namespaces "{apiVersion: v1, kind: Namespace, metadata: {name: $n}}"

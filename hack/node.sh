@@ -29,36 +29,13 @@ sysctls=(net.ipv4.ip_forward vm.overcommit_memory vm.panic_on_oom kernel.panic k
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 
 assets= # bin/k8s/<kube>-<etcd>, set by up
+# shellcheck source=hack/lib.sh
+. "$root/hack/lib.sh"
 
 log() { echo "node: $*"; }
 
-running() { [ -f "$state/$1.pid" ] && kill -0 "$(cat "$state/$1.pid")" 2>/dev/null; }
 
-stop() {
-  local name=$1 pidfile="$state/$1.pid"
-  [ -f "$pidfile" ] || return 0
-  local pid; pid=$(cat "$pidfile")
-  if kill "$pid" 2>/dev/null; then
-    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$pidfile"
-  log "stopped $name"
-}
 
-# api PATH [curl args]: the apiserver as admin.
-api() {
-  local token; token=$(head -1 "$state/pki/tokens.csv" | cut -d, -f1)
-  curl -sfk -H "Authorization: Bearer $token" "https://127.0.0.1:$API_PORT$1" "${@:2}"
-}
-
-wait_for() { # seconds description command...
-  local deadline=$((SECONDS + $1)) what=$2; shift 2
-  until "$@" >/dev/null 2>&1; do
-    if [ $SECONDS -ge $deadline ]; then echo "node: timed out waiting for $what" >&2; return 1; fi
-    sleep 0.2
-  done
-}
 
 ensure_packages() {
   local missing=()
@@ -280,12 +257,12 @@ down() {
   # removes it: without it there is nothing to undo.
   [ -d "$dir" ] || return 0
   local start=$SECONDS
-  stop kube-scheduler
+  stop_pid kube-scheduler
   running kubelet && delete_pods
-  stop kubelet
+  stop_pid kubelet
   if api "/api/v1/nodes/$node" -X DELETE >/dev/null 2>&1; then log "deleted node $node"; fi
   kill_tasks
-  stop containerd
+  stop_pid containerd
   if ip link show cni0 >/dev/null 2>&1; then ip link delete cni0; log "deleted cni0"; fi
   rm -f "$cni_conf"
   rm -rf /var/lib/cni/networks/sidecar-operator # host-local's leases: none are held now

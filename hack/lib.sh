@@ -1,0 +1,51 @@
+# shellcheck shell=bash disable=SC2154 # root and API_PORT are the sourcing script's
+# Shell helpers of the hack/ scripts. A script sources it after setting
+# root (the repository) and, to call the apiserver, API_PORT.
+
+# stop_pid name: stops the process of .local/<name>.pid, killing it if it is
+# still there after 15 s.
+stop_pid() {
+  local name=$1 pidfile="$root/.local/$1.pid"
+  [ -f "$pidfile" ] || return 0
+  local pid; pid=$(cat "$pidfile")
+  if kill "$pid" 2>/dev/null; then
+    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$pidfile"
+  echo "stopped $name"
+}
+
+# running name: the process of .local/<name>.pid is alive.
+running() { [ -f "$root/.local/$1.pid" ] && kill -0 "$(cat "$root/.local/$1.pid")" 2>/dev/null; }
+
+# api_any path [curl args]: the apiserver as the admin, whatever the status.
+api_any() {
+  local token; token=$(head -1 "$root/.local/pki/tokens.csv" | cut -d, -f1)
+  curl -sk -H "Authorization: Bearer $token" "https://127.0.0.1:$API_PORT$1" "${@:2}"
+}
+
+# api path [curl args]: api_any, failing on an HTTP error.
+api() { api_any "$1" -f "${@:2}"; }
+
+# create path yaml: POSTs it; 409 (already there) is fine, another error
+# prints the API's message.
+create() {
+  local code out; out=$(mktemp)
+  code=$(api_any "$1" -o "$out" -w '%{http_code}' -X POST -H 'Content-Type: application/yaml' --data-binary "$2") || true
+  case $code in
+    201|409) rm -f "$out" ;;
+    *) echo "create $1: HTTP $code: $(jq -r .message "$out" 2>/dev/null)" >&2; rm -f "$out"; return 1 ;;
+  esac
+}
+
+# wait_for seconds description command...: until the command succeeds.
+wait_for() {
+  local deadline=$((SECONDS + $1)) what=$2; shift 2
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then echo "${0##*/}: timed out waiting for $what" >&2; return 1; fi
+    sleep 0.2
+  done
+}
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
