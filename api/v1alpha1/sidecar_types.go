@@ -244,9 +244,13 @@ type InjectionRecord struct {
 	// Containers are the names of the containers the injection added.
 	Containers []string `json:"containers,omitempty"`
 	// Digest is a hash of what was injected into those containers: image,
-	// command, args, env, securityContext and volumeMounts.
+	// command, args, workingDir, env, envFrom, securityContext, volumeMounts,
+	// volumeDevices, probes and lifecycle.
 	Digest string `json:"digest,omitempty"`
+	// VolumeDigest is a hash of the pod's volumes that those containers
+	// mount, as they were at injection.
+	VolumeDigest string `json:"volumeDigest,omitempty"`
 	// Signature is "<key id>.<HMAC-SHA256>" over the pod's namespace and
-	// ServiceAccount, the name, revision, containers and digest.
+	// ServiceAccount, the name, revision, containers and both digests.
 	Signature string `json:"signature,omitempty"`
 }

@@ -43,11 +43,18 @@ type compiledSidecar struct {
 	// containerNames are those of initContainers then containers: what an
 	// injection record lists and its digest covers, in that order.
 	containerNames []string
-	// staticDigest is the digest of the containers when no template is in them.
-	staticDigest  string
-	digests       digestMemo
-	volumes       [][]byte
-	volumeNames   []string
+	// static is what the record says of the containers when no template is
+	// in them.
+	static  *rendering
+	digests digestMemo
+	// staticVolumeDigest is the record's volume digest when the containers
+	// are static and mount only the Sidecar's own volumes: the same for
+	// every pod.
+	staticVolumeDigest string
+	volumes            [][]byte
+	volumeNames        []string
+	// storedVolumes are the volumes as the apiserver stores them, in order.
+	storedVolumes []*corev1.Volume
 	appMounts     []corev1.VolumeMount
 	appMountsJSON [][]byte
 	pullSecret    string // the name of spec.imagePullSecret, if any
@@ -168,7 +175,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		}
 	}
 	if static {
-		c.staticDigest = signing.DigestContents(statics)
+		c.static = &rendering{mounted: signing.MountedVolumes(statics), digest: signing.DigestContents(statics)}
 	}
 
 	volumes := map[string]bool{}
@@ -186,6 +193,13 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		}
 		c.volumes = append(c.volumes, raw)
 		c.volumeNames = append(c.volumeNames, v.Name)
+		c.storedVolumes = append(c.storedVolumes, signing.StoredVolume(v))
+	}
+	if c.static != nil && !slices.ContainsFunc(c.static.mounted, func(name string) bool { return !c.hasVolume(name) }) {
+		var err error
+		if c.staticVolumeDigest, err = signing.VolumeDigest(c.static.mounted, c.sidecarVolume); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for i := range spec.AppVolumeMounts {
 		raw, err := encjson.Marshal(&spec.AppVolumeMounts[i])
@@ -206,6 +220,15 @@ func selectorOrNil(s *metav1.LabelSelector) (labels.Selector, error) {
 		return nil, nil
 	}
 	return metav1.LabelSelectorAsSelector(s)
+}
+
+// sidecarVolume returns the Sidecar's volume of that name as stored, nil if
+// it has none.
+func (c *compiledSidecar) sidecarVolume(name string) (*corev1.Volume, error) {
+	if i := slices.Index(c.volumeNames, name); i >= 0 {
+		return c.storedVolumes[i], nil
+	}
+	return nil, nil
 }
 
 func (c *compiledSidecar) hasVolume(name string) bool {

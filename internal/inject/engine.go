@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 // annotationMirror marks static pods mirrored by the kubelet; they cannot be changed.
@@ -135,6 +136,10 @@ type plan struct {
 	warnings    []string
 	skipped     []Skip
 
+	// podVolume returns the pod's volume of a name, decoding the pod's
+	// volumes only when asked.
+	podVolume func(string) (*corev1.Volume, error)
+
 	// trace, when set, records why each Sidecar was chosen or not (Explain).
 	trace *tracer
 
@@ -183,7 +188,7 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 
 // fill makes the decisions of planFor into p, which may carry a tracer.
 func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolume func(string) (*corev1.Volume, error)) {
-	p.pod = pod
+	p.pod, p.podVolume = pod, podVolume
 	if pod.Metadata == nil {
 		pod.Metadata = &MetadataView{}
 		p.addMetadata = true
@@ -442,7 +447,7 @@ func (p *plan) checkConflicts(sc *compiledSidecar, podVolume func(string) (*core
 		if !p.pod.hasVolume(v) {
 			continue
 		}
-		same, err := sameVolume(sc.volumes[i], v, podVolume)
+		same, err := sameVolume(sc.storedVolumes[i], podVolume)
 		if err != nil {
 			return err
 		}
@@ -483,16 +488,14 @@ func (c *compiledSidecar) hasContainerName(name string) bool {
 	return false
 }
 
-func sameVolume(sidecarJSON []byte, name string, podVolume func(string) (*corev1.Volume, error)) (bool, error) {
-	have, err := podVolume(name)
+// sameVolume compares the volumes as the apiserver stores them: the pod's
+// has its defaults, the Sidecar's may not.
+func sameVolume(want *corev1.Volume, podVolume func(string) (*corev1.Volume, error)) (bool, error) {
+	have, err := podVolume(want.Name)
 	if err != nil {
-		return false, fmt.Errorf("reading pod volume %q: %w", name, err)
+		return false, fmt.Errorf("reading pod volume %q: %w", want.Name, err)
 	}
-	var want corev1.Volume
-	if err := encjson.Unmarshal(sidecarJSON, &want); err != nil {
-		return false, err
-	}
-	return have != nil && equalJSON(have, &want), nil
+	return have != nil && equalJSON(signing.StoredVolume(have), want), nil
 }
 
 func equalJSON(a, b any) bool {
@@ -602,12 +605,17 @@ func (p *plan) seal(signer Signer) error {
 	sa := p.pod.Spec.ServiceAccountName
 	for i := range p.selected {
 		s := &p.selected[i]
-		digest, err := s.digest()
+		r, err := s.rendered()
+		if err != nil {
+			return err
+		}
+		volumeDigest, err := s.volumeDigest(r, p.podVolume)
 		if err != nil {
 			return err
 		}
 		rec := &p.injected[i]
-		*rec = v1alpha1.InjectionRecord{Name: s.sc.name, Revision: s.sc.revision, Containers: s.sc.containerNames, Digest: digest}
+		*rec = v1alpha1.InjectionRecord{Name: s.sc.name, Revision: s.sc.revision, Containers: s.sc.containerNames,
+			Digest: r.digest, VolumeDigest: volumeDigest}
 		if signer != nil {
 			signer.Sign(p.namespace, sa, s.sc.uid, rec)
 		}
@@ -642,7 +650,7 @@ func appendRecord(buf []byte, r *v1alpha1.InjectionRecord) []byte {
 		}
 		buf = append(buf, ']')
 	}
-	for _, f := range [...]struct{ key, value string }{{`,"digest":`, r.Digest}, {`,"signature":`, r.Signature}} {
+	for _, f := range [...]struct{ key, value string }{{`,"digest":`, r.Digest}, {`,"volumeDigest":`, r.VolumeDigest}, {`,"signature":`, r.Signature}} {
 		if f.value != "" {
 			buf = append(buf, f.key...)
 			buf = appendJSONString(buf, f.value)

@@ -237,6 +237,43 @@ func TestPodShapes(t *testing.T) {
 	})
 }
 
+// A pod reaches the webhook with the apiserver's defaults, and a manifest
+// reaches inject without them; a Sidecar's volume may have them or not. The
+// volumes are the same all the same.
+func TestDefaultedPodVolumeIsReused(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		sidecarMode, podMode *int32
+	}{
+		{name: "defaulted pod", podMode: new(int32(0o644))},
+		{name: "defaulted Sidecar", sidecarMode: new(int32(0o644))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := mustEngine(t, sidecar("config", func(s *v1alpha1.SidecarSpec) {
+				s.Selector = &metav1.LabelSelector{}
+				s.Volumes = []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "agent"}, DefaultMode: tc.sidecarMode}}}}
+				s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "config", MountPath: "/etc/agent"}}
+			}))
+			configMap := map[string]any{"name": "agent"}
+			if tc.podMode != nil {
+				configMap["defaultMode"] = *tc.podMode
+			}
+			spec := map[string]any{
+				"containers": []any{map[string]any{"name": "app", "image": "app:1"}},
+				"volumes":    []any{map[string]any{"name": "config", "configMap": configMap}},
+			}
+			res, mutated := checkBothPaths(t, e, pod(map[string]any{}, spec), "ns")
+			if res.Denial != "" {
+				t.Fatalf("denied: %s", res.Denial)
+			}
+			if p, _ := decodePod(mutated); len(p.Spec.Volumes) != 1 {
+				t.Fatalf("volumes %v", p.Spec.Volumes)
+			}
+		})
+	}
+}
+
 func TestConflictsAreDenied(t *testing.T) {
 	full := sidecar("full", func(s *v1alpha1.SidecarSpec) {
 		s.Selector = &metav1.LabelSelector{}

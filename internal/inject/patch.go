@@ -333,64 +333,85 @@ func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
 	return out, nil
 }
 
-// digest is the digest of what the selection injects, rendering its
-// templated containers for this pod. Reading the rendering back costs more
+// rendering is what a record says of the containers a selection injects:
+// their digest, and the volumes they mount.
+type rendering struct {
+	digest  string
+	mounted []string
+}
+
+// rendered is the rendering of what the selection injects, its templated
+// containers rendered for this pod. Reading the rendering back costs more
 // than the rest of an injection, and the pods of one workload render alike,
-// so digests are remembered by a hash of the rendering.
-func (s *selection) digest() (string, error) {
-	if s.sc.staticDigest != "" {
-		return s.sc.staticDigest, nil
+// so renderings are remembered by a hash of the rendered JSON.
+func (s *selection) rendered() (*rendering, error) {
+	if s.sc.static != nil {
+		return s.sc.static, nil
 	}
-	var rendered []byte
+	var raw []byte
 	for _, list := range [2][]renderedContainer{s.sc.initContainers, s.sc.containers} {
 		for _, c := range list {
 			var err error
-			if rendered, err = s.appendContainer(append(rendered, '\n'), c); err != nil {
-				return "", err
+			if raw, err = s.appendContainer(append(raw, '\n'), c); err != nil {
+				return nil, err
 			}
 		}
 	}
-	key := sha256.Sum256(rendered)
-	if d, ok := s.sc.digests.get(key); ok {
-		return d, nil
+	key := sha256.Sum256(raw)
+	if r, ok := s.sc.digests.get(key); ok {
+		return r, nil
 	}
 	list := make([]signing.Content, 0, len(s.sc.containerNames))
-	dec := encjson.NewDecoder(bytes.NewReader(rendered))
+	dec := encjson.NewDecoder(bytes.NewReader(raw))
 	for range s.sc.containerNames {
 		var ct signing.Content
 		if err := dec.Decode(&ct); err != nil {
-			return "", err
+			return nil, err
 		}
 		list = append(list, ct)
 	}
-	d := signing.DigestContents(list)
-	s.sc.digests.put(key, d)
-	return d, nil
+	r := &rendering{mounted: signing.MountedVolumes(list), digest: signing.DigestContents(list)}
+	s.sc.digests.put(key, r)
+	return r, nil
 }
 
-// digestMemo remembers the digests of recent renderings of one Sidecar.
+// volumeDigest is the digest of the volumes the rendered containers mount:
+// the Sidecar's, else the pod's of that name.
+func (s *selection) volumeDigest(r *rendering, podVolume func(string) (*corev1.Volume, error)) (string, error) {
+	if s.sc.staticVolumeDigest != "" {
+		return s.sc.staticVolumeDigest, nil
+	}
+	return signing.VolumeDigest(r.mounted, func(name string) (*corev1.Volume, error) {
+		if s.sc.hasVolume(name) {
+			return s.sc.sidecarVolume(name)
+		}
+		return podVolume(name)
+	})
+}
+
+// digestMemo remembers recent renderings of one Sidecar.
 type digestMemo struct {
 	mu sync.Mutex
-	m  map[[sha256.Size]byte]string
+	m  map[[sha256.Size]byte]*rendering
 }
 
 // maxDigests bounds a memo: past it, the memo starts over.
 const maxDigests = 4096
 
-func (m *digestMemo) get(key [sha256.Size]byte) (string, bool) {
+func (m *digestMemo) get(key [sha256.Size]byte) (*rendering, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d, ok := m.m[key]
 	return d, ok
 }
 
-func (m *digestMemo) put(key [sha256.Size]byte, digest string) {
+func (m *digestMemo) put(key [sha256.Size]byte, r *rendering) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.m == nil || len(m.m) >= maxDigests {
-		m.m = make(map[[sha256.Size]byte]string)
+		m.m = make(map[[sha256.Size]byte]*rendering)
 	}
-	m.m[key] = digest
+	m.m[key] = r
 }
 
 // appendContainer renders one container of the selection as JSON.

@@ -135,7 +135,7 @@ func ServiceAccount(name string) string {
 // name, a hex or base64url string, or a list of DNS labels, so newlines and
 // commas separate them unambiguously.
 func message(dst []byte, namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) []byte {
-	for _, part := range [...]string{"sidecar-operator.io/v2", namespace, ServiceAccount(serviceAccount), rec.Name, sidecarUID, rec.Revision} {
+	for _, part := range [...]string{"sidecar-operator.io/v3", namespace, ServiceAccount(serviceAccount), rec.Name, sidecarUID, rec.Revision} {
 		dst = append(append(dst, part...), '\n')
 	}
 	for i, c := range rec.Containers {
@@ -144,13 +144,15 @@ func message(dst []byte, namespace, serviceAccount, sidecarUID string, rec *v1al
 		}
 		dst = append(dst, c...)
 	}
-	return append(append(append(dst, '\n'), rec.Digest...), '\n')
+	dst = append(append(append(dst, '\n'), rec.Digest...), '\n')
+	return append(append(dst, rec.VolumeDigest...), '\n')
 }
 
 // Sign sets rec.Signature for a pod of namespace running as serviceAccount,
 // injected with the Sidecar of that UID: a Sidecar deleted and made again
 // under the same name does not inherit the records of the old one.
-// rec.Containers and rec.Digest must already say what was injected.
+// rec.Containers, rec.Digest and rec.VolumeDigest must already say what was
+// injected.
 func (r *Ring) Sign(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) {
 	if r.Empty() {
 		rec.Signature = "" // a record no ring verifies
@@ -174,6 +176,7 @@ var (
 		"copied from a pod of another namespace or ServiceAccount, or made for an earlier Sidecar of that name")
 	ErrContainers     = errors.New("the pod lacks a container the record claims")
 	ErrContentChanged = errors.New("the injected containers changed since injection")
+	ErrVolumesChanged = errors.New("the volumes the injected containers mount are not those they were injected with")
 )
 
 // Verify checks that rec was signed by a key of the ring for this pod and
@@ -198,6 +201,9 @@ func (r *Ring) Verify(pod *corev1.Pod, sidecarUID string, rec *v1alpha1.Injectio
 			}
 		}
 	}
+	if d, mounted := PodVolumeDigest(pod, containers); d != rec.VolumeDigest {
+		return fmt.Errorf("%w: %s", ErrVolumesChanged, strings.Join(mounted, ", "))
+	}
 	return nil
 }
 
@@ -205,10 +211,14 @@ func (r *Ring) Verify(pod *corev1.Pod, sidecarUID string, rec *v1alpha1.Injectio
 // container, the injected ones too: built-in plugins run again after a
 // webhook changes a pod. The digest leaves that mount out, since the webhook
 // cannot know it, and Verify checks that the volume is the token.
-const tokenMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+// A Sidecar may use neither the path nor the name (validation.Sidecar).
+const (
+	TokenMountPath    = "/var/run/secrets/kubernetes.io/serviceaccount"
+	TokenVolumePrefix = "kube-api-access-"
+)
 
 func isTokenMount(m *corev1.VolumeMount) bool {
-	return m.MountPath == tokenMountPath && m.ReadOnly && strings.HasPrefix(m.Name, "kube-api-access-") &&
+	return m.MountPath == TokenMountPath && m.ReadOnly && strings.HasPrefix(m.Name, TokenVolumePrefix) &&
 		m.SubPath == "" && m.SubPathExpr == "" && m.MountPropagation == nil
 }
 
@@ -304,47 +314,68 @@ func Container(pod *corev1.Pod, name string) *corev1.Container {
 	return nil
 }
 
+// CoveredFields names, for messages, the fields of an injected container
+// that Digest covers.
+const CoveredFields = "image, command, args, workingDir, env, envFrom, securityContext, volumeMounts, volumeDevices, probes and lifecycle"
+
 // Content is what the digest covers of a container: what decides what the
-// container runs and can reach. Fields the apiserver defaults
-// (imagePullPolicy, terminationMessagePath) or a resize changes are left out.
-// Decoding a container's JSON into it reads only these fields.
+// container runs, what runs in it, and what it can reach. Fields the
+// apiserver defaults without changing that (imagePullPolicy,
+// terminationMessagePath) or a resize changes are left out. Decoding a
+// container's JSON into it reads only these fields.
 type Content struct {
 	Name            string                  `json:"name"`
 	Image           string                  `json:"image,omitempty"`
 	Command         []string                `json:"command,omitempty"`
 	Args            []string                `json:"args,omitempty"`
+	WorkingDir      string                  `json:"workingDir,omitempty"`
 	Env             []corev1.EnvVar         `json:"env,omitempty"`
 	EnvFrom         []corev1.EnvFromSource  `json:"envFrom,omitempty"`
 	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
 	VolumeMounts    []corev1.VolumeMount    `json:"volumeMounts,omitempty"`
+	VolumeDevices   []corev1.VolumeDevice   `json:"volumeDevices,omitempty"`
+	LivenessProbe   *corev1.Probe           `json:"livenessProbe,omitempty"`
+	ReadinessProbe  *corev1.Probe           `json:"readinessProbe,omitempty"`
+	StartupProbe    *corev1.Probe           `json:"startupProbe,omitempty"`
+	Lifecycle       *corev1.Lifecycle       `json:"lifecycle,omitempty"`
+}
+
+func contentOf(c *corev1.Container) Content {
+	return Content{
+		Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args, WorkingDir: c.WorkingDir,
+		Env: c.Env, EnvFrom: c.EnvFrom, SecurityContext: c.SecurityContext, VolumeMounts: c.VolumeMounts, VolumeDevices: c.VolumeDevices,
+		LivenessProbe: c.LivenessProbe, ReadinessProbe: c.ReadinessProbe, StartupProbe: c.StartupProbe, Lifecycle: c.Lifecycle,
+	}
+}
+
+func contents(containers []corev1.Container) []Content {
+	list := make([]Content, len(containers))
+	for i := range containers {
+		list[i] = contentOf(&containers[i])
+	}
+	return list
 }
 
 // Covered returns the part of a container that Digest covers, sharing its
 // slices: what a cache must keep of injected containers to verify them.
 func Covered(c *corev1.Container) corev1.Container {
+	ct := contentOf(c)
 	return corev1.Container{
-		Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args,
-		Env: c.Env, EnvFrom: c.EnvFrom, SecurityContext: c.SecurityContext, VolumeMounts: c.VolumeMounts,
+		Name: ct.Name, Image: ct.Image, Command: ct.Command, Args: ct.Args, WorkingDir: ct.WorkingDir,
+		Env: ct.Env, EnvFrom: ct.EnvFrom, SecurityContext: ct.SecurityContext, VolumeMounts: ct.VolumeMounts, VolumeDevices: ct.VolumeDevices,
+		LivenessProbe: ct.LivenessProbe, ReadinessProbe: ct.ReadinessProbe, StartupProbe: ct.StartupProbe, Lifecycle: ct.Lifecycle,
 	}
 }
 
 // Digest hashes what decides what the containers run, in order.
 func Digest(containers []corev1.Container) string {
-	list := make([]Content, len(containers))
-	for i := range containers {
-		c := &containers[i]
-		list[i] = Content{
-			Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args,
-			Env: c.Env, EnvFrom: c.EnvFrom, SecurityContext: c.SecurityContext, VolumeMounts: c.VolumeMounts,
-		}
-	}
-	return DigestContents(list)
+	return DigestContents(contents(containers))
 }
 
 // DigestContents is Digest of containers already read into Contents.
 func DigestContents(list []Content) string {
 	for i := range list {
-		list[i].Env = defaultedEnv(list[i].Env)
+		list[i] = storedContent(list[i])
 		list[i].VolumeMounts = withoutTokenMount(list[i].VolumeMounts)
 	}
 	raw, err := encjson.Marshal(list)
@@ -368,25 +399,75 @@ func withoutTokenMount(mounts []corev1.VolumeMount) []corev1.VolumeMount {
 	return out
 }
 
-// defaultedEnv applies the apiserver's one default within env, so that the
-// container as injected and as stored hash alike: a fieldRef's apiVersion
-// is "v1" when unset.
-func defaultedEnv(env []corev1.EnvVar) []corev1.EnvVar {
-	i := slices.IndexFunc(env, func(e corev1.EnvVar) bool {
-		return e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.APIVersion == ""
-	})
-	if i < 0 {
-		return env
-	}
-	out := slices.Clone(env)
-	for j := i; j < len(out); j++ {
-		if vf := out[j].ValueFrom; vf != nil && vf.FieldRef != nil && vf.FieldRef.APIVersion == "" {
-			ref := *vf.FieldRef
-			ref.APIVersion = "v1"
-			from := *vf
-			from.FieldRef = &ref
-			out[j].ValueFrom = &from
+// MountedVolumes names, sorted, the volumes the containers reach: by
+// volumeMounts (but the ServiceAccount token's, which Verify checks apart),
+// volumeDevices, and env read from files.
+func MountedVolumes(list []Content) []string {
+	var names []string
+	for i := range list {
+		c := &list[i]
+		for j := range c.VolumeMounts {
+			if !isTokenMount(&c.VolumeMounts[j]) {
+				names = append(names, c.VolumeMounts[j].Name)
+			}
+		}
+		for _, d := range c.VolumeDevices {
+			names = append(names, d.Name)
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.FileKeyRef != nil {
+				names = append(names, e.ValueFrom.FileKeyRef.VolumeName)
+			}
 		}
 	}
-	return out
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// VolumeDigest hashes the volumes of those names as the apiserver stores
+// them; volume returns the volume of a name, nil when there is none. A
+// record signs it, so that a copy of the record in a pod that defines those
+// volumes otherwise does not verify.
+func VolumeDigest(names []string, volume func(string) (*corev1.Volume, error)) (string, error) {
+	list := make([]*corev1.Volume, len(names))
+	for i, name := range names {
+		v, err := volume(name)
+		if err != nil {
+			return "", fmt.Errorf("volume %q: %w", name, err)
+		}
+		if v == nil {
+			v = &corev1.Volume{Name: name} // none: the apiserver refuses such a pod
+		} else {
+			v = storedVolume(v)
+		}
+		list[i] = v
+	}
+	raw, err := encjson.Marshal(list)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(raw)
+	return base64.RawURLEncoding.EncodeToString(sum[:]), nil
+}
+
+// PodVolumeDigest is VolumeDigest of the pod's volumes that containers
+// mount, and their names.
+func PodVolumeDigest(pod *corev1.Pod, containers []corev1.Container) (digest string, mounted []string) {
+	mounted = MountedVolumes(contents(containers))
+	digest, _ = VolumeDigest(mounted, podVolume(pod)) // podVolume fails never
+	return digest, mounted
+}
+
+// StoredVolume returns a copy of v as the apiserver stores it, for
+// comparing a Sidecar's volume with a pod's.
+func StoredVolume(v *corev1.Volume) *corev1.Volume { return storedVolume(v) }
+
+func podVolume(pod *corev1.Pod) func(string) (*corev1.Volume, error) {
+	return func(name string) (*corev1.Volume, error) {
+		i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name })
+		if i < 0 {
+			return nil, nil
+		}
+		return &pod.Spec.Volumes[i], nil
+	}
 }

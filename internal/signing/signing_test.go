@@ -17,7 +17,7 @@ import (
 
 func secretOf(b byte) []byte { return bytes.Repeat([]byte{b}, KeySize) }
 
-func ring(t *testing.T, data map[string][]byte, activation time.Duration) *Ring {
+func ring(t testing.TB, data map[string][]byte, activation time.Duration) *Ring {
 	t.Helper()
 	r, err := ParseRing(data, activation)
 	if err != nil {
@@ -35,12 +35,19 @@ func signedPod(t *testing.T, r *Ring) (*corev1.Pod, *v1alpha1.InjectionRecord) {
 			ServiceAccountName: "agent",
 			Containers: []corev1.Container{
 				{Name: "app", Image: "app"},
-				{Name: "agent", Image: "agent:1", Env: []corev1.EnvVar{{Name: "NS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+				{Name: "agent", Image: "agent:1", Env: []corev1.EnvVar{{Name: "NS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}},
+					VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/agent"}}},
+			},
+			Volumes: []corev1.Volume{
+				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "agent"}}}},
+				{Name: "app-data"},
 			},
 		},
 	}
 	rec := &v1alpha1.InjectionRecord{Name: "agent", Revision: "r1", Containers: []string{"agent"}}
-	rec.Digest = Digest([]corev1.Container{pod.Spec.Containers[1]})
+	injected := []corev1.Container{pod.Spec.Containers[1]}
+	rec.Digest = Digest(injected)
+	rec.VolumeDigest, _ = PodVolumeDigest(pod, injected)
 	r.Sign("ns", "agent", "uid-1", rec)
 	return pod, rec
 }
@@ -60,6 +67,30 @@ func TestVerify(t *testing.T) {
 			p.Spec.Containers[1].ImagePullPolicy = corev1.PullIfNotPresent
 			p.Spec.Containers[1].TerminationMessagePath = "/dev/termination-log"
 		}},
+		{name: "the apiserver defaults a volume's mode", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Volumes[0].ConfigMap.DefaultMode = new(int32(0o644))
+			p.Spec.Volumes[1].EmptyDir = &corev1.EmptyDirVolumeSource{}
+		}},
+		{name: "the config volume is a hostPath", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}
+		}, want: ErrVolumesChanged},
+		{name: "the config volume is another ConfigMap", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Volumes[0].ConfigMap.Name = "mine"
+		}, want: ErrVolumesChanged},
+		{name: "the config volume is gone", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Volumes = p.Spec.Volumes[1:] }, want: ErrVolumesChanged},
+		{name: "a volume the sidecar does not mount changes", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Volumes[1].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}
+		}},
+		{name: "a block device added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].VolumeDevices = []corev1.VolumeDevice{{Name: "app-data", DevicePath: "/dev/xvda"}}
+		}, want: ErrContentChanged},
+		{name: "a postStart hook added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "id"}}}}
+		}, want: ErrContentChanged},
+		{name: "an exec probe added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"id"}}}}
+		}, want: ErrContentChanged},
+		{name: "another working directory", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].WorkingDir = "/tmp" }, want: ErrContentChanged},
 		{name: "unsigned", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Signature = "" }, want: ErrUnsigned},
 		{name: "another namespace", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Namespace = "other" }, want: ErrBadSignature},
 		{name: "another ServiceAccount", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.ServiceAccountName = "" }, want: ErrBadSignature},
@@ -214,4 +245,34 @@ func tokenProjection() *corev1.ProjectedVolumeSource {
 		{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
 			{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
 	}}
+}
+
+// BenchmarkVerify is what the controllers pay per injected pod and pass:
+// a log shipper with two mounts, its ConfigMap and the shared emptyDir.
+func BenchmarkVerify(b *testing.B) {
+	r := ring(b, map[string][]byte{"k1000": secretOf(1)}, 0)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "app", Image: "app"}, {
+				Name: "fluentd", Image: "fluent/fluentd:v1.16-1", Args: []string{"-c", "/fluentd/etc/fluent.conf"},
+				Env:          []corev1.EnvVar{{Name: "POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "logs", MountPath: "/var/log/app"}, {Name: "fluentd-config", MountPath: "/fluentd/etc"}},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "logs", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "fluentd-config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "fluentd"}, DefaultMode: new(int32(0o644))}}},
+			},
+		},
+	}
+	rec := &v1alpha1.InjectionRecord{Name: "fluentd", Revision: "r1", Containers: []string{"fluentd"}, Digest: Digest(pod.Spec.Containers[1:])}
+	rec.VolumeDigest, _ = PodVolumeDigest(pod, pod.Spec.Containers[1:])
+	r.Sign("ns", "", "uid", rec)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.Verify(pod, "uid", rec); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -85,7 +85,7 @@ func podUpdate(pod, old *corev1.Pod, engine *inject.Engine) field.ErrorList {
 			}
 			if after == nil || signing.Digest([]corev1.Container{*before}) != signing.Digest([]corev1.Container{*after}) {
 				errs = append(errs, field.Forbidden(containerPath(pod, name), fmt.Sprintf(
-					"container %q was injected by sidecar %q: its image, command, args, env, envFrom, securityContext and volumeMounts cannot be changed", name, r.Name)))
+					"container %q was injected by sidecar %q: its %s cannot be changed", name, r.Name, signing.CoveredFields)))
 			}
 		}
 	}

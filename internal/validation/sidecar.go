@@ -4,12 +4,15 @@ package validation
 
 import (
 	"fmt"
+	"path"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 // Sidecar returns every reason sc cannot be injected safely. others are the
@@ -50,7 +53,12 @@ func Sidecar(sc *v1alpha1.Sidecar, others []v1alpha1.Sidecar) field.ErrorList {
 			errs = append(errs, field.Duplicate(spec.Child("volumes").Index(i).Child("name"), v.Name))
 		}
 		volumes[v.Name] = true
+		if strings.HasPrefix(v.Name, signing.TokenVolumePrefix) {
+			errs = append(errs, field.Forbidden(spec.Child("volumes").Index(i).Child("name"), fmt.Sprintf(
+				"%s* is the ServiceAccount admission plugin's name for the pod's token volume", signing.TokenVolumePrefix)))
+		}
 	}
+	errs = append(errs, tokenPathMounts(&sc.Spec, spec)...)
 	for _, group := range []struct {
 		path *field.Path
 		list []containerMounts
@@ -105,6 +113,32 @@ func Sidecar(sc *v1alpha1.Sidecar, others []v1alpha1.Sidecar) field.ErrorList {
 				errs = append(errs, field.Forbidden(p, fmt.Sprintf("container %q is also added by sidecar %q, and both can select the same pods", name, other.Name)))
 			}
 		}
+	}
+	return errs
+}
+
+// tokenPathMounts refuses mounts at or under the ServiceAccount token's
+// directory: the plugin mounts the pod's own token there, into the injected
+// containers too, and the digest of an injection leaves that one mount out.
+func tokenPathMounts(s *v1alpha1.SidecarSpec, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	check := func(p *field.Path, mountPath string) {
+		if clean := path.Clean(mountPath); clean == signing.TokenMountPath || strings.HasPrefix(clean, signing.TokenMountPath+"/") {
+			errs = append(errs, field.Forbidden(p, fmt.Sprintf("%s is where the pod's ServiceAccount token is mounted", signing.TokenMountPath)))
+		}
+	}
+	for _, group := range []struct {
+		path *field.Path
+		list []corev1.Container
+	}{{spec.Child("initContainers"), s.InitContainers}, {spec.Child("containers"), s.Containers}} {
+		for i, c := range group.list {
+			for j, m := range c.VolumeMounts {
+				check(group.path.Index(i).Child("volumeMounts").Index(j).Child("mountPath"), m.MountPath)
+			}
+		}
+	}
+	for i, m := range s.AppVolumeMounts {
+		check(spec.Child("appVolumeMounts").Index(i).Child("mountPath"), m.MountPath)
 	}
 	return errs
 }

@@ -38,6 +38,17 @@ func TestSidecar(t *testing.T) {
 		{name: "mount of an undefined volume", mutate: func(sc *v1alpha1.Sidecar) {
 			sc.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/d"}}
 		}, want: []string{"spec.containers[0].volumeMounts[0].name: Invalid value"}},
+		{name: "the ServiceAccount token's name and path", mutate: func(sc *v1alpha1.Sidecar) {
+			sc.Spec.Volumes = []corev1.Volume{{Name: "kube-api-access-mine"}, {Name: "ok"}}
+			sc.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{
+				{Name: "kube-api-access-mine", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true},
+				{Name: "ok", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount/../serviceaccount/token"},
+				{Name: "ok", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount2"},
+			}
+			sc.Spec.AppVolumeMounts = []corev1.VolumeMount{{Name: "ok", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount/"}}
+		}, want: []string{"spec.volumes[0].name: Forbidden: kube-api-access-*",
+			"spec.containers[0].volumeMounts[0].mountPath: Forbidden", "spec.containers[0].volumeMounts[1].mountPath: Forbidden",
+			"spec.appVolumeMounts[0].mountPath: Forbidden"}},
 		{name: "template and selector", mutate: func(sc *v1alpha1.Sidecar) {
 			sc.Spec.Containers[0].Image = "{{ .Parameters.nope }}"
 			sc.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"bad key!": "x"}}

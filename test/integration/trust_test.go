@@ -705,3 +705,57 @@ func TestGrantsLeaveANamespaceThatTurnsValidationOff(t *testing.T) {
 	}
 	waitBinding(t, sc, ns)
 }
+
+// Attack 7: a tenant copies a valid record, and the injected containers with
+// it, into a new pod of the same namespace and ServiceAccount that the
+// Sidecar selects, but defines the sidecar's config volume as a hostPath of
+// its choice. The record must not verify, or the copy keeps the grant alive
+// for a sidecar reading the tenant's files.
+func TestAttackCopiedRecordWithRedefinedVolume(t *testing.T) {
+	ctx := context.Background()
+	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
+	sc.Spec.Volumes = []corev1.Volume{{Name: "agent-config", VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "agent-config"}}}}}
+	sc.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "agent-config", MountPath: "/etc/agent", ReadOnly: true}}
+	applyServed(t, sc)
+	ns, tenantClient := tenant(t, nil)
+
+	injected := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: ns, Labels: map[string]string{"app": sc.Name}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := tenantClient.Create(ctx, injected); err != nil {
+		t.Fatalf("the tenant cannot create a selected pod (test setup): %v", err)
+	}
+	if !injectedWith(injected, sc.Name) {
+		t.Fatalf("the tenant's selected pod was not injected (test setup): %v", injected.Annotations)
+	}
+	waitBinding(t, sc, ns, ns+"/default")
+
+	copied := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "copy-", Namespace: ns, Labels: injected.Labels,
+			Annotations: map[string]string{v1alpha1.AnnotationStatus: injected.Annotations[v1alpha1.AnnotationStatus]}},
+		Spec: *injected.Spec.DeepCopy(),
+	}
+	hostPath := corev1.HostPathDirectory
+	i := slices.IndexFunc(copied.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "agent-config" })
+	if i < 0 {
+		t.Fatalf("the injected pod has no volume agent-config (test setup): %+v", injected.Spec.Volumes)
+	}
+	copied.Spec.Volumes[i].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/", Type: &hostPath}}
+	if err := tenantClient.Create(ctx, copied); err != nil {
+		t.Logf("secure: the copy with a redefined volume was denied: %v", err)
+		if !strings.Contains(err.Error(), "agent-config") {
+			t.Errorf("the denial does not name the volume agent-config: %v", err)
+		}
+		return
+	}
+	t.Logf("the tenant created %s/%s: the record of %s copied, volume agent-config now hostPath /", ns, copied.Name, injected.Name)
+	if err := tenantClient.Delete(ctx, injected); err != nil {
+		t.Fatal(err)
+	}
+	if !within(20*time.Second, func() bool { return !canExec(t, ns, "default", ns) }) {
+		t.Errorf("the copy %s, whose sidecar mounts hostPath / where the Sidecar mounts its ConfigMap, kept %s/default's pods/exec in %s",
+			copied.Name, ns, ns)
+	}
+}
