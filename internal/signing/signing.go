@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	encjson "encoding/json"
 	"errors"
 	"fmt"
@@ -429,25 +430,28 @@ func MountedVolumes(list []Content) []string {
 // record signs it, so that a copy of the record in a pod that defines those
 // volumes otherwise does not verify.
 func VolumeDigest(names []string, volume func(string) (*corev1.Volume, error)) (string, error) {
-	list := make([]*corev1.Volume, len(names))
-	for i, name := range names {
+	h := sha256.New()
+	var buf []byte
+	for _, name := range names {
 		v, err := volume(name)
 		if err != nil {
 			return "", fmt.Errorf("volume %q: %w", name, err)
 		}
-		if v == nil {
-			v = &corev1.Volume{Name: name} // none: the apiserver refuses such a pod
-		} else {
-			v = storedVolume(v)
+		buf = binary.AppendUvarint(buf[:0], uint64(len(name)))
+		buf = append(buf, name...)
+		if v != nil { // none is the name alone: the apiserver refuses such a pod
+			// Protobuf, not JSON: 8 times faster for a ConfigMap volume (0.14 µs
+			// against 1.2), and as deterministic.
+			raw, err := storedVolume(v).Marshal()
+			if err != nil {
+				return "", err
+			}
+			buf = append(binary.AppendUvarint(buf, uint64(len(raw))), raw...)
 		}
-		list[i] = v
+		h.Write(binary.AppendUvarint(nil, uint64(len(buf))))
+		h.Write(buf)
 	}
-	raw, err := encjson.Marshal(list)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(raw)
-	return base64.RawURLEncoding.EncodeToString(sum[:]), nil
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)), nil
 }
 
 // PodVolumeDigest is VolumeDigest of the pod's volumes that containers
