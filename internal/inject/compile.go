@@ -43,6 +43,8 @@ type compiledSidecar struct {
 	// containerNames are those of initContainers then containers: what an
 	// injection record lists and its digest covers, in that order.
 	containerNames []string
+	// appArmorKeys are the AppArmor annotations of those containers.
+	appArmorKeys []string
 	// static is what the record says of the containers when no template is
 	// in them.
 	static  *rendering
@@ -168,6 +170,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 	var statics []signing.Content
 	for _, rc := range slices.Concat(c.initContainers, c.containers) {
 		c.containerNames = append(c.containerNames, rc.name)
+		c.appArmorKeys = append(c.appArmorKeys, appArmorAnnotationPrefix+rc.name)
 		if rc.static == nil {
 			static = false
 		} else {
@@ -229,6 +232,22 @@ func (c *compiledSidecar) sidecarVolume(name string) (*corev1.Volume, error) {
 		return c.storedVolumes[i], nil
 	}
 	return nil, nil
+}
+
+// appArmorAnnotationPrefix starts the deprecated per-container AppArmor
+// annotation, which the apiserver copies into the container's
+// securityContext after the webhooks mutated the pod.
+const appArmorAnnotationPrefix = "container.apparmor.security.beta.kubernetes.io/"
+
+// appArmorAnnotationIn returns the AppArmor annotation the pod has for a
+// container of the Sidecar's, if any.
+func (c *compiledSidecar) appArmorAnnotationIn(annotations map[string]string) (string, bool) {
+	for _, key := range c.appArmorKeys {
+		if _, ok := annotations[key]; ok {
+			return key, true
+		}
+	}
+	return "", false
 }
 
 func (c *compiledSidecar) hasVolume(name string) bool {

@@ -96,7 +96,7 @@ const (
 // as a ServiceAccount. Without one, as in offline injection, records are
 // unsigned: they inject, but never carry a grant.
 type Signer interface {
-	Sign(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord)
+	Sign(namespace, serviceAccount, sidecarUID string, placement signing.Placement, rec *v1alpha1.InjectionRecord)
 }
 
 // NamespaceLabelsFunc returns a namespace's labels; ok is false when unknown.
@@ -264,6 +264,11 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 		}
 		if err := p.checkConflicts(sc, podVolume); err != nil {
 			p.deny(sc.name, fmt.Sprintf("sidecar %q: %v", sc.name, err))
+			continue
+		}
+		if key, ok := sc.appArmorAnnotationIn(annotations); ok {
+			p.deny(sc.name, fmt.Sprintf("sidecar %q: annotation %s would have the apiserver change the injected container's securityContext "+
+				"after injection; set securityContext.appArmorProfile in the Sidecar instead", sc.name, key))
 			continue
 		}
 		if p.trace != nil {
@@ -603,6 +608,7 @@ func quoteList(items []string) string {
 func (p *plan) seal(signer Signer) error {
 	p.injected = make([]v1alpha1.InjectionRecord, len(p.selected))
 	sa := p.pod.Spec.ServiceAccountName
+	initAt := 0 // init containers go first, in Sidecar order (writePatch)
 	for i := range p.selected {
 		s := &p.selected[i]
 		r, err := s.rendered()
@@ -617,8 +623,16 @@ func (p *plan) seal(signer Signer) error {
 		*rec = v1alpha1.InjectionRecord{Name: s.sc.name, Revision: s.sc.revision, Containers: s.sc.containerNames,
 			Digest: r.digest, VolumeDigest: volumeDigest}
 		if signer != nil {
-			signer.Sign(p.namespace, sa, s.sc.uid, rec)
+			placement := make(signing.Placement, len(s.sc.containerNames))
+			for j := range placement {
+				placement[j] = signing.Regular
+				if j < len(s.sc.initContainers) {
+					placement[j] = initAt + j
+				}
+			}
+			signer.Sign(p.namespace, sa, s.sc.uid, placement, rec)
 		}
+		initAt += len(s.sc.initContainers)
 	}
 	n := len(p.existing.Sidecars) + len(p.injected)
 	buf := make([]byte, 0, 192*n)

@@ -441,3 +441,36 @@ func TestStatusAnnotationIsBoundedBeforeDecoding(t *testing.T) {
 		t.Errorf("a status the webhook writes: %+v, %v", s, err)
 	}
 }
+
+// What the apiserver would change in an injected container after the
+// webhook, or a templated mount the Sidecar's validation could not judge,
+// denies the pod with the reason; the pod without it is injected.
+func TestInjectionDeniedForWhatVerificationCannotHold(t *testing.T) {
+	e := mustEngine(t, sidecar("agent", func(s *v1alpha1.SidecarSpec) {
+		s.Selector = &metav1.LabelSelector{}
+		s.Parameters = []v1alpha1.Parameter{{Name: "dir", Annotation: "agent/dir", Default: new("/var/run/agent")}}
+		s.Volumes = []corev1.Volume{{Name: "run"}}
+		s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "run", MountPath: "{{ .Parameters.dir }}"}}
+	}))
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]any
+		want        string
+	}{
+		{name: "default", annotations: map[string]any{}},
+		{name: "a mount at the token's path", annotations: map[string]any{"agent/dir": "/var/run/secrets/kubernetes.io/serviceaccount/"},
+			want: `mountPath "/var/run/secrets/kubernetes.io/serviceaccount/" is where the pod's ServiceAccount token is mounted`},
+		{name: "AppArmor by annotation", annotations: map[string]any{"container.apparmor.security.beta.kubernetes.io/agent": "unconfined"},
+			want: "annotation container.apparmor.security.beta.kubernetes.io/agent would have the apiserver change the injected container's securityContext"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := e.InjectJSON(pod(map[string]any{"annotations": tc.annotations}, nil), "ns", DefaultNamespaceLabels, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" && (res.Denial != "" || res.Patch == nil) || tc.want != "" && !strings.Contains(res.Denial, tc.want) {
+				t.Fatalf("denial %q, want %q", res.Denial, tc.want)
+			}
+		})
+	}
+}

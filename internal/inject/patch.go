@@ -368,6 +368,13 @@ func (s *selection) rendered() (*rendering, error) {
 		if err := dec.Decode(&ct); err != nil {
 			return nil, err
 		}
+		// A templated path escapes validation: judge what it rendered.
+		for _, m := range ct.VolumeMounts {
+			if signing.AtTokenPath(m.MountPath) {
+				return nil, fmt.Errorf("sidecar %q, container %q: mountPath %q is where the pod's ServiceAccount token is mounted",
+					s.sc.name, ct.Name, m.MountPath)
+			}
+		}
 		list = append(list, ct)
 	}
 	r := &rendering{mounted: signing.MountedVolumes(list), digest: signing.DigestContents(list)}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -135,7 +136,7 @@ func ServiceAccount(name string) string {
 // message appends what a signature covers to dst. Every part is a DNS
 // name, a hex or base64url string, or a list of DNS labels, so newlines and
 // commas separate them unambiguously.
-func message(dst []byte, namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) []byte {
+func message(dst []byte, namespace, serviceAccount, sidecarUID string, placement []int, rec *v1alpha1.InjectionRecord) []byte {
 	for _, part := range [...]string{"sidecar-operator.io/v3", namespace, ServiceAccount(serviceAccount), rec.Name, sidecarUID, rec.Revision} {
 		dst = append(append(dst, part...), '\n')
 	}
@@ -145,23 +146,52 @@ func message(dst []byte, namespace, serviceAccount, sidecarUID string, rec *v1al
 		}
 		dst = append(dst, c...)
 	}
+	dst = append(dst, '\n')
+	for i, at := range placement {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, int64(at), 10)
+	}
 	dst = append(append(append(dst, '\n'), rec.Digest...), '\n')
 	return append(append(dst, rec.VolumeDigest...), '\n')
+}
+
+// Placement says where each injected container is: its index among the
+// pod's init containers, or Regular. A record signs it, so that a copy
+// that runs the sidecar's containers in another order, or as another kind,
+// does not verify.
+type Placement = []int
+
+// Regular is the placement of a container among the pod's containers.
+const Regular = -1 // what slices.IndexFunc returns for none
+
+// placementOf finds the named containers in the pod; false when one is missing.
+func placementOf(pod *corev1.Pod, names []string) (Placement, bool) {
+	out := make(Placement, len(names))
+	for i, name := range names {
+		named := func(c corev1.Container) bool { return c.Name == name }
+		out[i] = slices.IndexFunc(pod.Spec.InitContainers, named)
+		if out[i] < 0 && !slices.ContainsFunc(pod.Spec.Containers, named) {
+			return nil, false
+		}
+	}
+	return out, true
 }
 
 // Sign sets rec.Signature for a pod of namespace running as serviceAccount,
 // injected with the Sidecar of that UID: a Sidecar deleted and made again
 // under the same name does not inherit the records of the old one.
 // rec.Containers, rec.Digest and rec.VolumeDigest must already say what was
-// injected.
-func (r *Ring) Sign(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) {
+// injected, and placement where in the pod it was.
+func (r *Ring) Sign(namespace, serviceAccount, sidecarUID string, placement Placement, rec *v1alpha1.InjectionRecord) {
 	if r.Empty() {
 		rec.Signature = "" // a record no ring verifies
 		return
 	}
 	k := r.signer(time.Now())
 	var buf [512]byte
-	msg := message(buf[:0], namespace, serviceAccount, sidecarUID, rec)
+	msg := message(buf[:0], namespace, serviceAccount, sidecarUID, placement, rec)
 	var sum [sha256.Size]byte
 	mac := k.mac(sum[:0], msg)
 	sig := make([]byte, 0, len(k.id)+1+base64.RawURLEncoding.EncodedLen(len(mac)))
@@ -174,7 +204,8 @@ var (
 	ErrUnsigned     = errors.New("the record is not signed")
 	ErrUnknownKey   = errors.New("the record is signed with a key the operator does not hold")
 	ErrBadSignature = errors.New("the signature does not match: the record was forged, altered, " +
-		"copied from a pod of another namespace or ServiceAccount, or made for an earlier Sidecar of that name")
+		"copied from a pod of another namespace or ServiceAccount, or made for an earlier Sidecar of that name, " +
+		"or the injected containers were moved")
 	ErrContainers     = errors.New("the pod lacks a container the record claims")
 	ErrContentChanged = errors.New("the injected containers changed since injection")
 	ErrVolumesChanged = errors.New("the volumes the injected containers mount are not those they were injected with")
@@ -184,11 +215,15 @@ var (
 // the Sidecar of sidecarUID, and that the pod's containers are still what
 // was injected.
 func (r *Ring) Verify(pod *corev1.Pod, sidecarUID string, rec *v1alpha1.InjectionRecord) error {
-	if err := r.verifySignature(pod.Namespace, pod.Spec.ServiceAccountName, sidecarUID, rec); err != nil {
-		return err
+	if rec.Signature == "" {
+		return ErrUnsigned
 	}
 	containers, err := InjectedContainers(pod, rec.Containers)
 	if err != nil {
+		return err
+	}
+	placement, _ := placementOf(pod, rec.Containers) // InjectedContainers found them all
+	if err := r.verifySignature(pod.Namespace, pod.Spec.ServiceAccountName, sidecarUID, placement, rec); err != nil {
 		return err
 	}
 	if Digest(containers) != rec.Digest {
@@ -217,6 +252,13 @@ const (
 	TokenMountPath    = "/var/run/secrets/kubernetes.io/serviceaccount"
 	TokenVolumePrefix = "kube-api-access-"
 )
+
+// AtTokenPath reports whether a mount path is the token's directory or
+// in it.
+func AtTokenPath(mountPath string) bool {
+	clean := path.Clean(mountPath)
+	return clean == TokenMountPath || strings.HasPrefix(clean, TokenMountPath+"/")
+}
 
 func isTokenMount(m *corev1.VolumeMount) bool {
 	return m.MountPath == TokenMountPath && m.ReadOnly && strings.HasPrefix(m.Name, TokenVolumePrefix) &&
@@ -267,7 +309,7 @@ func sources(p corev1.VolumeProjection) int {
 }
 
 // verifySignature checks only the signature, not the pod's containers.
-func (r *Ring) verifySignature(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) error {
+func (r *Ring) verifySignature(namespace, serviceAccount, sidecarUID string, placement Placement, rec *v1alpha1.InjectionRecord) error {
 	if rec.Signature == "" {
 		return ErrUnsigned
 	}
@@ -280,7 +322,7 @@ func (r *Ring) verifySignature(namespace, serviceAccount, sidecarUID string, rec
 		return fmt.Errorf("%w (%s)", ErrUnknownKey, id)
 	}
 	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, r.keys[i].mac(nil, message(nil, namespace, serviceAccount, sidecarUID, rec))) {
+	if err != nil || !hmac.Equal(got, r.keys[i].mac(nil, message(nil, namespace, serviceAccount, sidecarUID, placement, rec))) {
 		return ErrBadSignature
 	}
 	return nil
@@ -317,7 +359,7 @@ func Container(pod *corev1.Pod, name string) *corev1.Container {
 
 // CoveredFields names, for messages, the fields of an injected container
 // that Digest covers.
-const CoveredFields = "image, command, args, workingDir, env, envFrom, securityContext, volumeMounts, volumeDevices, probes and lifecycle"
+const CoveredFields = "image, command, args, workingDir, restartPolicy, env, envFrom, securityContext, volumeMounts, volumeDevices, probes and lifecycle"
 
 // Content is what the digest covers of a container: what decides what the
 // container runs, what runs in it, and what it can reach. Fields the
@@ -325,26 +367,30 @@ const CoveredFields = "image, command, args, workingDir, env, envFrom, securityC
 // terminationMessagePath) or a resize changes are left out. Decoding a
 // container's JSON into it reads only these fields.
 type Content struct {
-	Name            string                  `json:"name"`
-	Image           string                  `json:"image,omitempty"`
-	Command         []string                `json:"command,omitempty"`
-	Args            []string                `json:"args,omitempty"`
-	WorkingDir      string                  `json:"workingDir,omitempty"`
-	Env             []corev1.EnvVar         `json:"env,omitempty"`
-	EnvFrom         []corev1.EnvFromSource  `json:"envFrom,omitempty"`
-	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
-	VolumeMounts    []corev1.VolumeMount    `json:"volumeMounts,omitempty"`
-	VolumeDevices   []corev1.VolumeDevice   `json:"volumeDevices,omitempty"`
-	LivenessProbe   *corev1.Probe           `json:"livenessProbe,omitempty"`
-	ReadinessProbe  *corev1.Probe           `json:"readinessProbe,omitempty"`
-	StartupProbe    *corev1.Probe           `json:"startupProbe,omitempty"`
-	Lifecycle       *corev1.Lifecycle       `json:"lifecycle,omitempty"`
+	Name       string   `json:"name"`
+	Image      string   `json:"image,omitempty"`
+	Command    []string `json:"command,omitempty"`
+	Args       []string `json:"args,omitempty"`
+	WorkingDir string   `json:"workingDir,omitempty"`
+	// RestartPolicy makes an init container a native sidecar.
+	RestartPolicy      *corev1.ContainerRestartPolicy `json:"restartPolicy,omitempty"`
+	RestartPolicyRules []corev1.ContainerRestartRule  `json:"restartPolicyRules,omitempty"`
+	Env                []corev1.EnvVar                `json:"env,omitempty"`
+	EnvFrom            []corev1.EnvFromSource         `json:"envFrom,omitempty"`
+	SecurityContext    *corev1.SecurityContext        `json:"securityContext,omitempty"`
+	VolumeMounts       []corev1.VolumeMount           `json:"volumeMounts,omitempty"`
+	VolumeDevices      []corev1.VolumeDevice          `json:"volumeDevices,omitempty"`
+	LivenessProbe      *corev1.Probe                  `json:"livenessProbe,omitempty"`
+	ReadinessProbe     *corev1.Probe                  `json:"readinessProbe,omitempty"`
+	StartupProbe       *corev1.Probe                  `json:"startupProbe,omitempty"`
+	Lifecycle          *corev1.Lifecycle              `json:"lifecycle,omitempty"`
 }
 
 func contentOf(c *corev1.Container) Content {
 	return Content{
 		Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args, WorkingDir: c.WorkingDir,
-		Env: c.Env, EnvFrom: c.EnvFrom, SecurityContext: c.SecurityContext, VolumeMounts: c.VolumeMounts, VolumeDevices: c.VolumeDevices,
+		RestartPolicy: c.RestartPolicy, RestartPolicyRules: c.RestartPolicyRules, Env: c.Env, EnvFrom: c.EnvFrom, SecurityContext: c.SecurityContext,
+		VolumeMounts: c.VolumeMounts, VolumeDevices: c.VolumeDevices,
 		LivenessProbe: c.LivenessProbe, ReadinessProbe: c.ReadinessProbe, StartupProbe: c.StartupProbe, Lifecycle: c.Lifecycle,
 	}
 }
@@ -363,7 +409,8 @@ func Covered(c *corev1.Container) corev1.Container {
 	ct := contentOf(c)
 	return corev1.Container{
 		Name: ct.Name, Image: ct.Image, Command: ct.Command, Args: ct.Args, WorkingDir: ct.WorkingDir,
-		Env: ct.Env, EnvFrom: ct.EnvFrom, SecurityContext: ct.SecurityContext, VolumeMounts: ct.VolumeMounts, VolumeDevices: ct.VolumeDevices,
+		RestartPolicy: ct.RestartPolicy, RestartPolicyRules: ct.RestartPolicyRules, Env: ct.Env, EnvFrom: ct.EnvFrom, SecurityContext: ct.SecurityContext,
+		VolumeMounts: ct.VolumeMounts, VolumeDevices: ct.VolumeDevices,
 		LivenessProbe: ct.LivenessProbe, ReadinessProbe: ct.ReadinessProbe, StartupProbe: ct.StartupProbe, Lifecycle: ct.Lifecycle,
 	}
 }

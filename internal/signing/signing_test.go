@@ -48,7 +48,7 @@ func signedPod(t *testing.T, r *Ring) (*corev1.Pod, *v1alpha1.InjectionRecord) {
 	injected := []corev1.Container{pod.Spec.Containers[1]}
 	rec.Digest = Digest(injected)
 	rec.VolumeDigest, _ = PodVolumeDigest(pod, injected)
-	r.Sign("ns", "agent", "uid-1", rec)
+	r.Sign("ns", "agent", "uid-1", Placement{Regular}, rec)
 	return pod, rec
 }
 
@@ -89,6 +89,12 @@ func TestVerify(t *testing.T) {
 		}, want: ErrContentChanged},
 		{name: "an exec probe added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
 			p.Spec.Containers[1].StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"id"}}}}
+		}, want: ErrContentChanged},
+		{name: "the sidecar moved to the init containers", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.InitContainers, p.Spec.Containers = p.Spec.Containers[1:], p.Spec.Containers[:1]
+		}, want: ErrBadSignature},
+		{name: "made a native sidecar", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].RestartPolicy = new(corev1.ContainerRestartPolicyAlways)
 		}, want: ErrContentChanged},
 		{name: "another working directory", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].WorkingDir = "/tmp" }, want: ErrContentChanged},
 		{name: "unsigned", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Signature = "" }, want: ErrUnsigned},
@@ -220,7 +226,7 @@ func TestEmptyRingFailsClosed(t *testing.T) {
 	if err := empty.Verify(pod, "uid", rec); err == nil {
 		t.Fatal("an empty ring verified a record")
 	}
-	empty.Sign(pod.Namespace, pod.Spec.ServiceAccountName, "uid", rec)
+	empty.Sign(pod.Namespace, pod.Spec.ServiceAccountName, "uid", Placement{Regular}, rec)
 	if err := ring(t, map[string][]byte{"k1": secretOf(1)}, 0).Verify(pod, "uid", rec); !errors.Is(err, ErrUnsigned) {
 		t.Fatalf("a record signed by an empty ring: %v, want %v", err, ErrUnsigned)
 	}
@@ -268,11 +274,36 @@ func BenchmarkVerify(b *testing.B) {
 	}
 	rec := &v1alpha1.InjectionRecord{Name: "fluentd", Revision: "r1", Containers: []string{"fluentd"}, Digest: Digest(pod.Spec.Containers[1:])}
 	rec.VolumeDigest, _ = PodVolumeDigest(pod, pod.Spec.Containers[1:])
-	r.Sign("ns", "", "uid", rec)
+	r.Sign("ns", "", "uid", Placement{Regular}, rec)
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := r.Verify(pod, "uid", rec); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A native sidecar's place among the init containers is signed: one of the
+// pod creator's put before it would run first, with its volumes.
+func TestVerifyInitContainerPlacement(t *testing.T) {
+	r := ring(t, map[string][]byte{"k1000": secretOf(1)}, 0)
+	always := corev1.ContainerRestartPolicyAlways
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "setup", Image: "setup"}, {Name: "agent", Image: "agent", RestartPolicy: &always}, {Name: "migrate", Image: "app"}},
+			Containers:     []corev1.Container{{Name: "app", Image: "app"}},
+		},
+	}
+	rec := &v1alpha1.InjectionRecord{Name: "agent", Revision: "r1", Containers: []string{"setup", "agent"}, Digest: Digest(pod.Spec.InitContainers[:2])}
+	rec.VolumeDigest, _ = PodVolumeDigest(pod, pod.Spec.InitContainers[:2])
+	r.Sign("ns", "", "uid", Placement{0, 1}, rec)
+	if err := r.Verify(pod, "uid", rec); err != nil {
+		t.Fatalf("as signed: %v", err)
+	}
+	moved := pod.DeepCopy()
+	moved.Spec.InitContainers = append([]corev1.Container{{Name: "prep", Image: "mine"}}, moved.Spec.InitContainers...)
+	if err := r.Verify(moved, "uid", rec); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("with an init container of the pod creator's first: got %v, want %v", err, ErrBadSignature)
 	}
 }

@@ -72,11 +72,15 @@ func podUpdate(pod, old *corev1.Pod, engine *inject.Engine) field.ErrorList {
 		return field.ErrorList{field.Forbidden(statusPath, fmt.Sprintf("the injection record %q cannot be removed or changed (now %q)", before, now))}
 	}
 	var errs field.ErrorList
+	injected := map[string]string{} // container name to Sidecar
 	for i := range oldRecords {
 		r := &oldRecords[i]
 		names := r.Containers
 		if len(names) == 0 { // a record from before signing names no containers
 			names, _ = engine.ContainerNames(r.Name)
+		}
+		for _, name := range names {
+			injected[name] = r.Name
 		}
 		for _, name := range names {
 			before, after := signing.Container(old, name), signing.Container(pod, name)
@@ -87,6 +91,24 @@ func podUpdate(pod, old *corev1.Pod, engine *inject.Engine) field.ErrorList {
 				errs = append(errs, field.Forbidden(containerPath(pod, name), fmt.Sprintf(
 					"container %q was injected by sidecar %q: its %s cannot be changed", name, r.Name, signing.CoveredFields)))
 			}
+		}
+	}
+	return append(errs, ephemeralTargets(pod, old, injected)...)
+}
+
+// ephemeralTargets refuses a new ephemeral container that targets an
+// injected one: it would share the sidecar's process namespace, and with it
+// the sidecar's files and memory.
+func ephemeralTargets(pod, old *corev1.Pod, injected map[string]string) field.ErrorList {
+	var errs field.ErrorList
+	existed := map[string]bool{}
+	for _, c := range old.Spec.EphemeralContainers {
+		existed[c.Name] = true
+	}
+	for i, c := range pod.Spec.EphemeralContainers {
+		if sidecar, ok := injected[c.TargetContainerName]; ok && !existed[c.Name] {
+			errs = append(errs, field.Forbidden(field.NewPath("spec", "ephemeralContainers").Index(i).Child("targetContainerName"),
+				fmt.Sprintf("container %q was injected by sidecar %q; an ephemeral container may not share its process namespace", c.TargetContainerName, sidecar)))
 		}
 	}
 	return errs

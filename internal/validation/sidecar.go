@@ -4,7 +4,6 @@ package validation
 
 import (
 	"fmt"
-	"path"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -123,7 +122,7 @@ func Sidecar(sc *v1alpha1.Sidecar, others []v1alpha1.Sidecar) field.ErrorList {
 func tokenPathMounts(s *v1alpha1.SidecarSpec, spec *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	check := func(p *field.Path, mountPath string) {
-		if clean := path.Clean(mountPath); clean == signing.TokenMountPath || strings.HasPrefix(clean, signing.TokenMountPath+"/") {
+		if signing.AtTokenPath(mountPath) {
 			errs = append(errs, field.Forbidden(p, fmt.Sprintf("%s is where the pod's ServiceAccount token is mounted", signing.TokenMountPath)))
 		}
 	}

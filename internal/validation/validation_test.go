@@ -145,6 +145,12 @@ func TestPod(t *testing.T) {
 		{name: "update alters it", pod: plain(unsigned, "app", "fluentd"), old: good, want: "cannot be removed or changed"},
 		{name: "update swaps the sidecar's image", pod: with(good, func(p *corev1.Pod) { p.Spec.Containers[1].Image = "evil" }), old: good,
 			want: `spec.containers[1]: Forbidden: container "fluentd" was injected by sidecar "log"`},
+		{name: "an ephemeral container targets the sidecar", old: good, pod: with(good, func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "dbg", Image: "busybox"}, TargetContainerName: "fluentd"}}
+		}), want: `spec.ephemeralContainers[0].targetContainerName: Forbidden: container "fluentd" was injected by sidecar "log"`},
+		{name: "an ephemeral container targets the app", old: good, pod: with(good, func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "dbg", Image: "busybox"}, TargetContainerName: "app"}}
+		})},
 		{name: "update of the app's image", pod: with(good, func(p *corev1.Pod) { p.Spec.Containers[0].Image = "app:2" }), old: good},
 		{name: "update with an old record that does not parse", pod: good, old: with(good, func(p *corev1.Pod) { p.Annotations[v1alpha1.AnnotationStatus] = "{" }), want: "stored injection record does not parse"},
 	} {
