@@ -6,11 +6,11 @@
 #                                  the apiserver first, then etcd
 # NODE=1 up also runs a kubelet node with containerd and a scheduler
 # (hack/node.sh), so pods run; the apiserver and the controller-manager then
-# issue ServiceAccount tokens. API_PORT and ETCD_PORT move the listeners.
+# issue ServiceAccount tokens. API_PORT and ETCD_PORT move the listeners;
+# STATE_DIR, where their files go (default .local; see hack/lib.sh).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-state="$root/.local"
 API_PORT=${API_PORT:-6443}
 ETCD_PORT=${ETCD_PORT:-2379}
 NODE=${NODE:-}
@@ -53,6 +53,8 @@ node_pki() {
 }
 
 up() {
+  # Before anything is built or started: a host that cannot run the node says why.
+  [ "$NODE" = 1 ] && "$root/hack/node.sh" check
   local assets; assets=$("$root/hack/build-control-plane.sh")
   mkdir -p "$state/pki"
   if [ -f "$state/kube-apiserver.pid" ] && kill -0 "$(cat "$state/kube-apiserver.pid")" 2>/dev/null; then
