@@ -7,6 +7,16 @@
 # own, so that it never touches a control plane started by hand.
 state=${STATE_DIR:-$root/.local}
 
+# daemon name command...: runs the command in the background, its output in
+# $state/<name>.log and its pid in $state/<name>.pid. In a session of its own,
+# so that a Ctrl-C meant for the caller (go test, the demo) does not stop it
+# before down stops everything in order.
+daemon() {
+  local name=$1; shift
+  setsid "$@" > "$state/$name.log" 2>&1 &
+  echo $! > "$state/$name.pid"
+}
+
 # stop_pid name: stops the process of $state/<name>.pid, killing it if it is
 # still there after 15 s.
 stop_pid() {

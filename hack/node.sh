@@ -113,8 +113,7 @@ version = 2
     bin_dir = "/usr/lib/cni"
     conf_dir = "/etc/cni/net.d"
 EOF
-  containerd --config "$dir/containerd.toml" > "$state/containerd.log" 2>&1 &
-  echo $! > "$state/containerd.pid"
+  daemon containerd containerd --config "$dir/containerd.toml"
   wait_for 30 containerd ctr --address "$socket" version
 }
 
@@ -183,16 +182,13 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%, nodefs.inodesFree: 
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 EOF
-  "$assets/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$state/kubelet.kubeconfig" \
-    > "$state/kubelet.log" 2>&1 &
-  echo $! > "$state/kubelet.pid"
+  daemon kubelet "$assets/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$state/kubelet.kubeconfig"
 }
 
 start_scheduler() {
   running kube-scheduler && return 0
-  "$assets/kube-scheduler" --kubeconfig "$state/scheduler.kubeconfig" --leader-elect=false \
-    --bind-address 127.0.0.1 > "$state/kube-scheduler.log" 2>&1 &
-  echo $! > "$state/kube-scheduler.pid"
+  daemon kube-scheduler "$assets/kube-scheduler" --kubeconfig "$state/scheduler.kubeconfig" --leader-elect=false \
+    --bind-address 127.0.0.1
 }
 
 # Ready and without the not-ready taint: the scheduler places pods on it.
@@ -308,6 +304,14 @@ down() {
   local pidfile
   for pidfile in /run/containerd/io.containerd.runtime.v2.task/k8s.io/*/{init,shim}.pid; do
     if [ -f "$pidfile" ] && kill -9 "$(cat "$pidfile")" 2>/dev/null; then log "killed ${pidfile#/run/containerd/}"; fi
+  done
+  # containerd 1.6 writes no shim.pid: a shim is found by the bundle it serves.
+  local bundle shim
+  for bundle in /run/containerd/io.containerd.runtime.v2.task/k8s.io/*/; do
+    [ -d "$bundle" ] || continue # no match: the glob itself
+    for shim in $(pgrep -f -- "-namespace k8s.io -id $(basename "$bundle") "); do
+      if kill -9 "$shim" 2>/dev/null; then log "killed the shim of $(basename "$bundle")"; fi
+    done
   done
   # The kubelet's volumes and its shared bind mount of its root, then what
   # containerd left of killed sandboxes: rootfs, shm and network namespaces.

@@ -41,6 +41,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
@@ -164,6 +165,11 @@ func setUp(down *teardown) error {
 	if clientset, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
+		Paths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfPathMissing: true,
+	}); err != nil {
+		return fmt.Errorf("installing the CRD: %w", err)
+	}
 	return startOperator(cfg, down)
 }
 
@@ -172,6 +178,8 @@ func setUp(down *teardown) error {
 type controlPlane struct {
 	root, state       string
 	apiPort, etcdPort int
+	// mu runs one script at a time: an interrupt's down waits for up.
+	mu sync.Mutex
 }
 
 func newControlPlane(root string) (*controlPlane, error) {
@@ -191,6 +199,8 @@ func newControlPlane(root string) (*controlPlane, error) {
 // script.log in the state directory; a failure returns the last lines it
 // wrote to stderr, which say why.
 func (cp *controlPlane) script(action string) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	if err := os.MkdirAll(cp.state, 0o755); err != nil {
 		return err
 	}
@@ -241,24 +251,32 @@ func freePorts(n int) (int, error) {
 	return 0, fmt.Errorf("no %d consecutive free ports on 127.0.0.1", n)
 }
 
-// startOperator runs the operator in this process, its webhook reached
-// through the gate. failurePolicy Ignore, so that a closed gate admits pods
-// without their sidecars, as a real webhook outage would.
+// operator is the operator running in this process.
+type operator struct {
+	cancel  context.CancelFunc
+	stopped chan struct{}
+	err     error // manager.Run's, once stopped is closed
+}
+
+// startOperator runs the operator, its webhook reached through the gate.
+// failurePolicy Ignore, so that a closed gate admits pods without their
+// sidecars, as a real webhook outage would.
 func startOperator(cfg *rest.Config, down *teardown) error {
-	addr, err := freePorts(1)
+	port, err := freePorts(1)
 	if err != nil {
 		return err
 	}
-	webhookAddr := fmt.Sprintf("127.0.0.1:%d", addr)
-	if webhook, err = openGate(webhookAddr); err != nil {
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if webhook, err = openGate(addr); err != nil {
 		return err
 	}
 	down.add(webhook.close)
 	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
+	op := &operator{cancel: cancel, stopped: make(chan struct{})}
 	go func() {
-		stopped <- manager.Run(ctx, cfg, manager.Options{
-			WebhookAddr:       webhookAddr,
+		defer close(op.stopped)
+		op.err = manager.Run(ctx, cfg, manager.Options{
+			WebhookAddr:       addr,
 			WebhookHosts:      []string{"127.0.0.1"},
 			Target:            webhookconfig.Target{URL: "https://" + webhook.addr},
 			FailurePolicy:     admissionv1.Ignore,
@@ -271,23 +289,30 @@ func startOperator(cfg *rest.Config, down *teardown) error {
 		})
 	}()
 	// Before the node goes: a stopping operator still writes to the apiserver.
-	down.add(func() {
-		cancel()
-		if err := <-stopped; err != nil && !errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "operator:", err)
+	down.add(op.stop)
+	return op.waitReady("https://" + addr)
+}
+
+func (o *operator) stop() {
+	o.cancel()
+	select {
+	case <-o.stopped:
+		if o.err != nil && !errors.Is(o.err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "the operator stopped:", o.err)
 		}
-	})
-	return waitReady("https://"+webhookAddr, stopped)
+	case <-time.After(30 * time.Second):
+		fmt.Fprintln(os.Stderr, "the operator did not stop within 30s")
+	}
 }
 
 // waitReady waits for the operator's /readyz, or its early end.
-func waitReady(base string, stopped <-chan error) error {
+func (o *operator) waitReady(base string) error {
 	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback readiness probe
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-stopped:
-			return fmt.Errorf("the operator stopped: %w", err)
+		case <-o.stopped:
+			return fmt.Errorf("the operator stopped: %w", o.err)
 		default:
 		}
 		if resp, err := c.Get(base + "/readyz"); err == nil {
