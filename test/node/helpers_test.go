@@ -249,7 +249,7 @@ func describePods(pods []corev1.Pod) string {
 }
 
 func containerNames(pod *corev1.Pod) []string {
-	var names []string
+	names := make([]string, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
 	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 		names = append(names, c.Name)
 	}

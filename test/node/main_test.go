@@ -28,6 +28,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -124,8 +125,8 @@ func (d *teardown) run() {
 		return
 	}
 	d.done = true
-	for i := len(d.steps) - 1; i >= 0; i-- {
-		d.steps[i]()
+	for _, step := range slices.Backward(d.steps) {
+		step()
 	}
 }
 
@@ -144,9 +145,12 @@ func setUp(down *teardown) error {
 		return err
 	}
 	down.add(func() {
+		start := time.Now()
 		if err := cp.script("down"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
+			return
 		}
+		fmt.Fprintf(os.Stderr, "node and control plane down in %s\n", time.Since(start).Round(time.Second))
 	})
 	start := time.Now()
 	if err := cp.script("up"); err != nil {
@@ -192,8 +196,15 @@ func newControlPlane(root string) (*controlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &controlPlane{root: root, state: filepath.Join(root, ".local", "node-test"), apiPort: apiPort, etcdPort: etcdPort}, nil
+	cp := &controlPlane{root: root, state: filepath.Join(root, ".local", "node-test"), apiPort: apiPort, etcdPort: etcdPort}
+	// This run's scripts only.
+	if err := os.Remove(cp.logFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return cp, nil
 }
+
+func (cp *controlPlane) logFile() string { return filepath.Join(cp.state, "script.log") }
 
 // script runs hack/control-plane.sh up or down. Its output goes to
 // script.log in the state directory; a failure returns the last lines it
@@ -204,7 +215,7 @@ func (cp *controlPlane) script(action string) error {
 	if err := os.MkdirAll(cp.state, 0o755); err != nil {
 		return err
 	}
-	logFile, err := os.OpenFile(filepath.Join(cp.state, "script.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	logFile, err := os.OpenFile(cp.logFile(), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
