@@ -35,6 +35,9 @@ dir="$state/node"
 
 log() { echo "node: $*"; }
 
+# containerd_answers: ctr waits 10 s for a socket that is not there.
+containerd_answers() { [ -S "$socket" ] && ctr --connect-timeout 2s --address "$socket" version >/dev/null 2>&1; }
+
 # The Debian packages the node needs and the host lacks, one a line.
 missing_packages() {
   command -v containerd >/dev/null || echo containerd
@@ -62,7 +65,7 @@ check() {
   done
   # One node fits a host: the kubelet's ports, the containerd socket and
   # cni0 are fixed. Another state directory's node is not ours to take over.
-  if ! running containerd && command -v ctr >/dev/null && ctr --address "$socket" version >/dev/null 2>&1; then
+  if ! running containerd && command -v ctr >/dev/null && containerd_answers; then
     fail "another node runs on this host: containerd answers on $socket; stop it first (make control-plane-down, with the STATE_DIR it was started with)"
   fi
   if ! running kubelet && curl -s --max-time 2 -o /dev/null http://127.0.0.1:10248/healthz; then
@@ -114,7 +117,7 @@ version = 2
     conf_dir = "/etc/cni/net.d"
 EOF
   daemon containerd containerd --config "$dir/containerd.toml"
-  wait_for 30 containerd ctr --address "$socket" version
+  wait_for 30 containerd containerd_answers
 }
 
 import_images() {
@@ -238,7 +241,7 @@ delete_pods() {
 
 # Containers the kubelet left behind (it was gone, or a pod outlived the wait).
 kill_tasks() {
-  ctr --address "$socket" version >/dev/null 2>&1 || return 0
+  containerd_answers || return 0
   local task
   for task in $(ctr --address "$socket" -n k8s.io tasks ls -q); do
     ctr --address "$socket" -n k8s.io tasks kill -s SIGKILL "$task" 2>/dev/null || true
