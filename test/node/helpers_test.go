@@ -271,8 +271,9 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 	root.SetOut(&out)
 	root.SetErr(&errOut)
 	root.SetArgs(append(args, "--kubeconfig", kubeconfig))
+	start := time.Now()
 	err := root.ExecuteContext(context.Background())
-	t.Logf("sidecar-operator %s\n%s%s(err: %v)", strings.Join(args, " "), out.String(), errOut.String(), err)
+	t.Logf("sidecar-operator %s (%s)\n%s%s(err: %v)", strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond), out.String(), errOut.String(), err)
 	return out.String(), err
 }
 
