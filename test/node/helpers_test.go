@@ -29,11 +29,12 @@ const (
 	logshipperImage = "sidecar-operator.test/logshipper:dev"
 )
 
-// requireNode fails the test with the reason the node did not start.
+// requireNode fails the test with the reason the node or the operator did
+// not start.
 func requireNode(t *testing.T) {
 	t.Helper()
 	if setupErr != nil {
-		t.Fatalf("no node to run pods on: %v", setupErr)
+		t.Fatalf("the node's set-up failed: %v", setupErr)
 	}
 }
 

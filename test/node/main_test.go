@@ -52,7 +52,8 @@ import (
 )
 
 var (
-	// setupErr says why there is no node; every test fails with it.
+	// setupErr says why the node or the operator is not up; every test
+	// fails with it.
 	setupErr   error
 	k8s        client.Client
 	clientset  kubernetes.Interface
@@ -77,7 +78,7 @@ func run(m *testing.M) int {
 	guard(&down)
 	if err := setUp(&down); err != nil {
 		setupErr = err
-		fmt.Fprintln(os.Stderr, "no node:", err)
+		fmt.Fprintln(os.Stderr, "set-up failed:", err)
 	}
 	return m.Run()
 }
