@@ -52,8 +52,11 @@ lint: ## gofmt, go vet and golangci-lint (.golangci.yml: kubebuilder's linter se
 	go vet ./...
 	$(GOLANGCI_LINT) run
 
+# test/node brings up a kubelet node (hack/node.sh, as root): its kubelet and
+# kube-scheduler are built here, outside go test's timeout.
 .PHONY: test
-test: lint verify-generated control-plane ## Everything: lint, generated files, unit and integration tests with -race, brief fuzzing.
+test: lint verify-generated control-plane ## Everything: lint, generated files, unit and integration tests with -race (test/node on a real node), brief fuzzing.
+	NODE=1 hack/build-control-plane.sh >/dev/null
 	KUBEBUILDER_ASSETS=$(ASSETS) CHROMIUM=$$(hack/ensure-chromium.sh) go test -race -count=1 ./...
 	$(MAKE) --no-print-directory test-fuzz
 

@@ -6,11 +6,11 @@
 #                                  the apiserver first, then etcd
 # NODE=1 up also runs a kubelet node with containerd and a scheduler
 # (hack/node.sh), so pods run; the apiserver and the controller-manager then
-# issue ServiceAccount tokens. API_PORT and ETCD_PORT move the listeners.
+# issue ServiceAccount tokens. API_PORT and ETCD_PORT move the listeners;
+# STATE_DIR, where their files go (default .local; see hack/lib.sh).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-state="$root/.local"
 API_PORT=${API_PORT:-6443}
 ETCD_PORT=${ETCD_PORT:-2379}
 NODE=${NODE:-}
@@ -53,6 +53,8 @@ node_pki() {
 }
 
 up() {
+  # Before anything is built or started: a host that cannot run the node says why.
+  [ "$NODE" = 1 ] && "$root/hack/node.sh" check
   local assets; assets=$("$root/hack/build-control-plane.sh")
   mkdir -p "$state/pki"
   if [ -f "$state/kube-apiserver.pid" ] && kill -0 "$(cat "$state/kube-apiserver.pid")" 2>/dev/null; then
@@ -91,21 +93,17 @@ up() {
     touch "$state/node-mode"
   fi
 
-  "$assets/etcd" --data-dir "$state/etcd" \
+  daemon etcd "$assets/etcd" --data-dir "$state/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
-    --initial-cluster "default=http://127.0.0.1:$((ETCD_PORT + 1))" --unsafe-no-fsync \
-    > "$state/etcd.log" 2>&1 &
-  echo $! > "$state/etcd.pid"
+    --initial-cluster "default=http://127.0.0.1:$((ETCD_PORT + 1))" --unsafe-no-fsync
 
-  "$assets/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+  daemon kube-apiserver "$assets/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --cert-dir "$state/pki" --secure-port "$API_PORT" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
     --service-account-issuer https://kubernetes.default.svc \
     --service-account-key-file "$state/pki/sa.key" --service-account-signing-key-file "$state/pki/sa.key" \
     --service-cluster-ip-range 10.0.0.0/24 "${node_flags[@]}" \
-    --token-auth-file "$state/pki/tokens.csv" --endpoint-reconciler-type none \
-    > "$state/kube-apiserver.log" 2>&1 &
-  echo $! > "$state/kube-apiserver.pid"
+    --token-auth-file "$state/pki/tokens.csv" --endpoint-reconciler-type none
 
   kubeconfig "$state/kubeconfig" admin "$token"
   for _ in $(seq 1 120); do
@@ -123,11 +121,9 @@ up() {
       fi
       # Without NODE=1, no scheduler or kubelet: pods are created (and
       # injected) but never run.
-      "$assets/kube-controller-manager" --kubeconfig "$state/kubeconfig" \
+      daemon kube-controller-manager "$assets/kube-controller-manager" --kubeconfig "$state/kubeconfig" \
         --controllers "$controllers" "${cm_flags[@]}" \
-        --leader-elect=false --secure-port=0 \
-        > "$state/kube-controller-manager.log" 2>&1 &
-      echo $! > "$state/kube-controller-manager.pid"
+        --leader-elect=false --secure-port=0
       echo "control plane ready; kubeconfig: $state/kubeconfig"
       [ "$NODE" = 1 ] && "$root/hack/node.sh" up
       return 0

@@ -2,10 +2,25 @@
 # Shell helpers of the hack/ scripts. A script sources it after setting
 # root (the repository) and, to call the apiserver, API_PORT.
 
-# stop_pid name: stops the process of .local/<name>.pid, killing it if it is
+# state holds the control plane's pid files, logs, certificates and
+# kubeconfigs: STATE_DIR, else .local. The node suite (test/node) keeps its
+# own, so that it never touches a control plane started by hand.
+state=${STATE_DIR:-$root/.local}
+
+# daemon name command...: runs the command in the background, its output in
+# $state/<name>.log and its pid in $state/<name>.pid. In a session of its own,
+# so that a Ctrl-C meant for the caller (go test, the demo) does not stop it
+# before down stops everything in order.
+daemon() {
+  local name=$1; shift
+  setsid "$@" > "$state/$name.log" 2>&1 &
+  echo $! > "$state/$name.pid"
+}
+
+# stop_pid name: stops the process of $state/<name>.pid, killing it if it is
 # still there after 15 s.
 stop_pid() {
-  local name=$1 pidfile="$root/.local/$1.pid"
+  local name=$1 pidfile="$state/$1.pid"
   [ -f "$pidfile" ] || return 0
   local pid; pid=$(cat "$pidfile")
   if kill "$pid" 2>/dev/null; then
@@ -16,12 +31,12 @@ stop_pid() {
   echo "stopped $name"
 }
 
-# running name: the process of .local/<name>.pid is alive.
-running() { [ -f "$root/.local/$1.pid" ] && kill -0 "$(cat "$root/.local/$1.pid")" 2>/dev/null; }
+# running name: the process of $state/<name>.pid is alive.
+running() { [ -f "$state/$1.pid" ] && kill -0 "$(cat "$state/$1.pid")" 2>/dev/null; }
 
 # api_any path [curl args]: the apiserver as the admin, whatever the status.
 api_any() {
-  local token; token=$(head -1 "$root/.local/pki/tokens.csv" | cut -d, -f1)
+  local token; token=$(head -1 "$state/pki/tokens.csv" | cut -d, -f1)
   curl -sk -H "Authorization: Bearer $token" "https://127.0.0.1:$API_PORT$1" "${@:2}"
 }
 

@@ -37,7 +37,7 @@ kind: Role
 metadata: {name: xxl-agent}
 rules:
 - {apiGroups: [''], resources: [pods], verbs: [get, list]}
-- {apiGroups: [''], resources: [pods/exec], verbs: [create]}"
+- {apiGroups: [''], resources: [pods/exec], verbs: [get, create]}"
 create "/apis/rbac.authorization.k8s.io/v1/namespaces/$ns/rolebindings" "
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding

@@ -2,8 +2,10 @@
 # A kubelet node on the local control plane, so that pods run: containerd run
 # by hand (there is no systemd) with a bridge CNI network, a kubelet and a
 # kube-scheduler. `NODE=1 hack/control-plane.sh up` calls it.
-#   hack/node.sh up    -> installs what is missing (apt), builds and imports the
-#                         images of test/images, waits for the node to be Ready
+#   hack/node.sh check -> says why this host cannot run a node, if it cannot
+#   hack/node.sh up    -> checks, installs what is missing (apt), builds and
+#                         imports the images of test/images, waits for the node
+#                         to be Ready
 #   hack/node.sh down  -> removes the node and undoes its changes to the host
 # Both are safe to repeat. The host has room for one such node: the kubelet's
 # ports, the containerd socket, cni0 and the node's name (the hostname) are fixed.
@@ -11,8 +13,6 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-state="$root/.local"
-dir="$state/node"
 API_PORT=${API_PORT:-6443}
 node=$(hostname | tr '[:upper:]' '[:lower:]')
 socket=/run/containerd/containerd.sock
@@ -31,22 +31,55 @@ sysctls=(net.ipv4.ip_forward vm.overcommit_memory vm.panic_on_oom kernel.panic k
 assets= # bin/k8s/<kube>-<etcd>, set by up
 # shellcheck source=hack/lib.sh
 . "$root/hack/lib.sh"
+dir="$state/node"
 
 log() { echo "node: $*"; }
 
+# containerd_answers: ctr waits 10 s for a socket that is not there.
+containerd_answers() { [ -S "$socket" ] && ctr --connect-timeout 2s --address "$socket" version >/dev/null 2>&1; }
 
+# The Debian packages the node needs and the host lacks, one a line.
+missing_packages() {
+  command -v containerd >/dev/null || echo containerd
+  [ -x /usr/lib/cni/bridge ] || echo containernetworking-plugins
+  command -v iptables >/dev/null || echo iptables
+  command -v jq >/dev/null || echo jq # reads the node's and pods' status
+}
 
+# check fails, saying why, where the node cannot run; it changes nothing.
+check() {
+  [ "$(id -u)" = 0 ] ||
+    fail "the node needs root: containerd, the kubelet, the cni0 bridge, iptables and mounts change the host (running as uid $(id -u))"
+  local missing; missing=$(missing_packages | tr '\n' ' ')
+  if [ -n "$missing" ] && ! command -v apt-get >/dev/null; then
+    fail "the node needs ${missing% }, and apt-get is not here to install them"
+  fi
+  grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null ||
+    fail "the kernel has no overlay filesystem, which containerd's snapshotter needs"
+  [ -d /sys/module/bridge ] || modprobe bridge 2>/dev/null ||
+    fail "the kernel has no bridge support, which the pod network (cni0) needs"
+  local controller
+  for controller in cpu memory pids; do
+    awk -v c="$controller" '$1 == c && $4 == 1 {found = 1} END {exit !found}' /proc/cgroups ||
+      fail "the kernel has no cgroup controller $controller enabled, which the kubelet needs"
+  done
+  # One node fits a host: the kubelet's ports, the containerd socket and
+  # cni0 are fixed. Another state directory's node is not ours to take over.
+  if ! running containerd && command -v ctr >/dev/null && containerd_answers; then
+    fail "another node runs on this host: containerd answers on $socket; stop it first (make control-plane-down, with the STATE_DIR it was started with)"
+  fi
+  if ! running kubelet && curl -s --max-time 2 -o /dev/null http://127.0.0.1:10248/healthz; then
+    fail "another kubelet answers on 127.0.0.1:10248; stop it first"
+  fi
+}
 
 ensure_packages() {
-  local missing=()
-  command -v containerd >/dev/null || missing+=(containerd)
-  [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
-  command -v iptables >/dev/null || missing+=(iptables)
-  command -v jq >/dev/null || missing+=(jq) # reads the node's and pods' status
+  local missing; mapfile -t missing < <(missing_packages)
   [ ${#missing[@]} = 0 ] && return 0
   log "installing ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt-get update -qq || fail "apt-get update failed (above), so ${missing[*]} cannot be installed"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    fail "apt-get could not install ${missing[*]} (above)"
 }
 
 # Records what up changes on the host, once: a second up must not take the
@@ -83,9 +116,8 @@ version = 2
     bin_dir = "/usr/lib/cni"
     conf_dir = "/etc/cni/net.d"
 EOF
-  containerd --config "$dir/containerd.toml" > "$state/containerd.log" 2>&1 &
-  echo $! > "$state/containerd.pid"
-  wait_for 30 containerd ctr --address "$socket" version
+  daemon containerd containerd --config "$dir/containerd.toml"
+  wait_for 30 containerd containerd_answers
 }
 
 import_images() {
@@ -153,16 +185,13 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%, nodefs.inodesFree: 
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 EOF
-  "$assets/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$state/kubelet.kubeconfig" \
-    > "$state/kubelet.log" 2>&1 &
-  echo $! > "$state/kubelet.pid"
+  daemon kubelet "$assets/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$state/kubelet.kubeconfig"
 }
 
 start_scheduler() {
   running kube-scheduler && return 0
-  "$assets/kube-scheduler" --kubeconfig "$state/scheduler.kubeconfig" --leader-elect=false \
-    --bind-address 127.0.0.1 > "$state/kube-scheduler.log" 2>&1 &
-  echo $! > "$state/kube-scheduler.pid"
+  daemon kube-scheduler "$assets/kube-scheduler" --kubeconfig "$state/scheduler.kubeconfig" --leader-elect=false \
+    --bind-address 127.0.0.1
 }
 
 # Ready and without the not-ready taint: the scheduler places pods on it.
@@ -174,6 +203,7 @@ schedulable() {
 
 up() {
   [ -f "$state/node-mode" ] || { echo "node: start the control plane with NODE=1 first" >&2; exit 1; }
+  check
   local start=$SECONDS
   assets=$(NODE=1 "$root/hack/build-control-plane.sh")
   ensure_packages
@@ -211,7 +241,7 @@ delete_pods() {
 
 # Containers the kubelet left behind (it was gone, or a pod outlived the wait).
 kill_tasks() {
-  ctr --address "$socket" version >/dev/null 2>&1 || return 0
+  containerd_answers || return 0
   local task
   for task in $(ctr --address "$socket" -n k8s.io tasks ls -q); do
     ctr --address "$socket" -n k8s.io tasks kill -s SIGKILL "$task" 2>/dev/null || true
@@ -278,6 +308,14 @@ down() {
   for pidfile in /run/containerd/io.containerd.runtime.v2.task/k8s.io/*/{init,shim}.pid; do
     if [ -f "$pidfile" ] && kill -9 "$(cat "$pidfile")" 2>/dev/null; then log "killed ${pidfile#/run/containerd/}"; fi
   done
+  # containerd 1.6 writes no shim.pid: a shim is found by the bundle it serves.
+  local bundle shim
+  for bundle in /run/containerd/io.containerd.runtime.v2.task/k8s.io/*/; do
+    [ -d "$bundle" ] || continue # no match: the glob itself
+    for shim in $(pgrep -f -- "-namespace k8s.io -id $(basename "$bundle") "); do
+      if kill -9 "$shim" 2>/dev/null; then log "killed the shim of $(basename "$bundle")"; fi
+    done
+  done
   # The kubelet's volumes and its shared bind mount of its root, then what
   # containerd left of killed sandboxes: rootfs, shm and network namespaces.
   local m
@@ -292,7 +330,8 @@ down() {
 }
 
 case "${1:-}" in
+  check) check ;;
   up) up ;;
   down) down ;;
-  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+  *) echo "usage: $0 check|up|down" >&2; exit 2 ;;
 esac

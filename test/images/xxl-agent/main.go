@@ -37,7 +37,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
-	"k8s.io/streaming/pkg/httpstream"
 )
 
 type agent struct {
@@ -147,29 +146,20 @@ func (a *agent) run(w http.ResponseWriter, r *http.Request) {
 }
 
 // exec runs command in the target container of namespace/pod through the
-// API's pods/exec and returns its stdout and stderr. Like kubectl, it tries
-// WebSocket first and falls back to SPDY when the upgrade fails: a WebSocket
-// exec is a GET, which RBAC checks as "get pods/exec", while the Sidecar's
-// rules grant "create", which is what SPDY's POST asks for.
+// API's pods/exec and returns its stdout and stderr. It speaks WebSocket
+// only, as the Java clients a real xxl-job executor is built on do (kubectl
+// tries it first): a GET, which RBAC checks as "get pods/exec", and since
+// 1.35 "create" as well. No fallback to SPDY's POST, which needs only
+// "create": it would hide a grant that WebSocket clients cannot use.
 func (a *agent) exec(ctx context.Context, namespace, pod string, command []string) (string, error) {
-	url := a.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).
+	url := a.client.CoreV1().RESTClient().Get().Resource("pods").Namespace(namespace).Name(pod).
 		SubResource("exec").VersionedParams(&corev1.PodExecOptions{
 		Container: a.container,
 		Command:   command,
 		Stdout:    true,
 		Stderr:    true,
 	}, scheme.ParameterCodec).URL()
-	websocket, err := remotecommand.NewWebSocketExecutor(a.config, http.MethodGet, url.String())
-	if err != nil {
-		return "", err
-	}
-	spdy, err := remotecommand.NewSPDYExecutor(a.config, http.MethodPost, url)
-	if err != nil {
-		return "", err
-	}
-	// k8s.io/streaming's IsUpgradeFailure: client-go 0.37's executors return
-	// that module's error type, which apimachinery's twin does not match.
-	executor, err := remotecommand.NewFallbackExecutor(websocket, spdy, httpstream.IsUpgradeFailure)
+	executor, err := remotecommand.NewWebSocketExecutor(a.config, http.MethodGet, url.String())
 	if err != nil {
 		return "", err
 	}
