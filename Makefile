@@ -5,10 +5,13 @@ SHELL := /usr/bin/env bash -o pipefail
 KUBE_VERSION ?= 1.37.0
 ETCD_VERSION ?= 3.6.8
 ASSETS = $(CURDIR)/bin/k8s/$(KUBE_VERSION)-$(ETCD_VERSION)
-CONTROLLER_GEN = go tool controller-gen
-# Pinned in its own module so that its dependencies don't move the operator's;
-# the first run builds it (a few minutes), later runs use the build cache.
-GOLANGCI_LINT = go tool -modfile=hack/tools/go.mod golangci-lint
+# Pinned Go tools, installed into bin/tools by hack/tool.sh, which says when
+# it builds one (the first run: minutes for golangci-lint and promtool).
+# golangci-lint (hack/tools/go.mod) and promtool (hack/monitoring/go.mod) are
+# pinned in modules of their own, so that their dependencies don't move the
+# operator's.
+CONTROLLER_GEN = $$(hack/tool.sh controller-gen)
+GOLANGCI_LINT = $$(hack/tool.sh golangci-lint)
 export KUBE_VERSION ETCD_VERSION
 
 .PHONY: build
@@ -51,11 +54,16 @@ lint: ## gofmt, go vet and golangci-lint (.golangci.yml: kubebuilder's linter se
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	$(GOLANGCI_LINT) run
+	cd hack/monitoring && go vet ./... && $$(../tool.sh golangci-lint) run
 
 .PHONY: test
-test: lint verify-generated control-plane ## Everything: lint, generated files, unit and integration tests with -race, brief fuzzing.
+test: lint verify-generated control-plane test-monitoring ## Everything: lint, generated files, monitoring, unit and integration tests with -race, brief fuzzing.
 	KUBEBUILDER_ASSETS=$(ASSETS) CHROMIUM=$$(hack/ensure-chromium.sh) go test -race -count=1 ./...
 	$(MAKE) --no-print-directory test-fuzz
+
+.PHONY: test-monitoring
+test-monitoring: ## config/monitoring: promtool checks the alert rules and the dashboard's queries, and runs the alerts' unit tests.
+	@hack/test-monitoring.sh
 
 # Each fuzz target as package:target:executions (about 5 s each here). Counts,
 # not durations: Go 1.26's fuzz coordinator can fail a run bounded by time with
