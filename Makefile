@@ -34,7 +34,7 @@ verify-generated: generate ## Fail if generated files differ from the committed 
 # API_PORT and ETCD_PORT move the control plane off 6443 and 2379.
 .PHONY: control-plane
 control-plane: ## Build kube-apiserver, kube-controller-manager and etcd into bin/k8s (cached by version); NODE=1 adds kubelet and kube-scheduler.
-	hack/build-control-plane.sh >/dev/null
+	@hack/build-control-plane.sh >/dev/null
 
 .PHONY: control-plane-up
 control-plane-up: ## Start etcd and kube-apiserver on loopback; kubeconfig in .local/kubeconfig. NODE=1 adds a node (hack/node.sh).
