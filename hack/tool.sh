@@ -19,12 +19,14 @@ esac
 export GOBIN=$root/bin/tools
 bin=$GOBIN/$1
 cd "$dir"
-before=$(go tool buildid "$bin" 2>/dev/null || true)
+# go install touches an up-to-date binary, so its time says nothing: its
+# content does. (go tool buildid would first build buildid, since Go 1.25.)
+before=$(cksum "$bin" 2>/dev/null || true)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$SECONDS
 quietly "$log" go install "$module/cmd/$1"
-if [ "$(go tool buildid "$bin")" != "$before" ]; then
+if [ "$(cksum "$bin")" != "$before" ]; then
   echo "built $1 ($module $(go list -m -f '{{.Version}}' "$module")) in $(since "$start")" >&2
 fi
 echo "$bin"
