@@ -54,7 +54,7 @@ lint: ## gofmt, go vet and golangci-lint (.golangci.yml: kubebuilder's linter se
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	$(GOLANGCI_LINT) run
-	cd hack/monitoring && go vet ./... && $$(../tool.sh golangci-lint) run
+	cd hack/monitoring && $$(../tool.sh golangci-lint) run
 
 .PHONY: test
 test: lint verify-generated control-plane test-monitoring ## Everything: lint, generated files, monitoring, unit and integration tests with -race, brief fuzzing.

@@ -27,6 +27,7 @@ trap 'rm -f "$log"' EXIT
 start=$SECONDS
 quietly "$log" go install "$module/cmd/$1"
 if [ "$(cksum "$bin")" != "$before" ]; then
-  echo "built $1 ($module $(go list -m -f '{{.Version}}' "$module")) in $(since "$start")" >&2
+  took=$(since "$start")
+  echo "built $1 ($module $(go list -m -f '{{.Version}}' "$module")) in $took" >&2
 fi
 echo "$bin"
