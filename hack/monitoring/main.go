@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,13 +77,7 @@ func run(config, out string) ([]string, error) {
 	if err := os.WriteFile(filepath.Join(out, "prometheusrule_test.yaml"), tests, 0o644); err != nil {
 		return nil, err
 	}
-	return slices.Sorted(func(yield func(string) bool) {
-		for name := range names {
-			if !yield(name) {
-				return
-			}
-		}
-	}), nil
+	return slices.Sorted(maps.Keys(names)), nil
 }
 
 // rules is a rules file: what promtool reads, and the PrometheusRule's spec.
@@ -95,16 +90,15 @@ type group struct {
 	Rules []rule `yaml:"rules"`
 }
 
-// rule keeps every field of the PrometheusRule's, so that promtool sees the
-// rule as Prometheus would.
+// rule holds the fields the PrometheusRule's rules use; decoding refuses
+// others, so that none is dropped before promtool sees the rule.
 type rule struct {
-	Alert         string            `yaml:"alert,omitempty"`
-	Record        string            `yaml:"record,omitempty"`
-	Expr          string            `yaml:"expr"`
-	For           string            `yaml:"for,omitempty"`
-	KeepFiringFor string            `yaml:"keep_firing_for,omitempty"`
-	Labels        map[string]string `yaml:"labels,omitempty"`
-	Annotations   map[string]string `yaml:"annotations,omitempty"`
+	Alert       string            `yaml:"alert,omitempty"`
+	Record      string            `yaml:"record,omitempty"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for,omitempty"`
+	Labels      map[string]string `yaml:"labels,omitempty"`
+	Annotations map[string]string `yaml:"annotations,omitempty"`
 }
 
 func ruleGroups(path string) (rules, error) {
@@ -119,7 +113,7 @@ func ruleGroups(path string) (rules, error) {
 		Spec       rules          `yaml:"spec"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true) // a rule field not copied to promtool would go unchecked
+	dec.KnownFields(true)
 	if err := dec.Decode(&obj); err != nil {
 		return rules{}, fmt.Errorf("%s: %w", path, err)
 	}
