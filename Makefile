@@ -5,10 +5,13 @@ SHELL := /usr/bin/env bash -o pipefail
 KUBE_VERSION ?= 1.37.0
 ETCD_VERSION ?= 3.6.8
 ASSETS = $(CURDIR)/bin/k8s/$(KUBE_VERSION)-$(ETCD_VERSION)
-CONTROLLER_GEN = go tool controller-gen
-# Pinned in its own module so that its dependencies don't move the operator's;
-# the first run builds it (a few minutes), later runs use the build cache.
-GOLANGCI_LINT = go tool -modfile=hack/tools/go.mod golangci-lint
+# Pinned Go tools, installed into bin/tools by hack/tool.sh, which says when
+# it builds one (the first run: minutes for golangci-lint and promtool).
+# golangci-lint (hack/tools/go.mod) and promtool (hack/monitoring/go.mod) are
+# pinned in modules of their own, so that their dependencies don't move the
+# operator's.
+CONTROLLER_GEN = $$(hack/tool.sh controller-gen)
+GOLANGCI_LINT = $$(hack/tool.sh golangci-lint)
 export KUBE_VERSION ETCD_VERSION
 
 .PHONY: build
@@ -31,7 +34,7 @@ verify-generated: generate ## Fail if generated files differ from the committed 
 # API_PORT and ETCD_PORT move the control plane off 6443 and 2379.
 .PHONY: control-plane
 control-plane: ## Build kube-apiserver, kube-controller-manager and etcd into bin/k8s (cached by version); NODE=1 adds kubelet and kube-scheduler.
-	hack/build-control-plane.sh >/dev/null
+	@hack/build-control-plane.sh >/dev/null
 
 .PHONY: control-plane-up
 control-plane-up: ## Start etcd and kube-apiserver on loopback; kubeconfig in .local/kubeconfig. NODE=1 adds a node (hack/node.sh).
@@ -51,14 +54,19 @@ lint: ## gofmt, go vet and golangci-lint (.golangci.yml: kubebuilder's linter se
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	$(GOLANGCI_LINT) run
+	cd hack/monitoring && $$(../tool.sh golangci-lint) run
 
 # test/node brings up a kubelet node (hack/node.sh, as root): its kubelet and
 # kube-scheduler are built here, outside go test's timeout.
 .PHONY: test
-test: lint verify-generated control-plane ## Everything: lint, generated files, unit and integration tests with -race (test/node on a real node), brief fuzzing.
-	NODE=1 hack/build-control-plane.sh >/dev/null
+test: lint verify-generated control-plane test-monitoring ## Everything: lint, generated files, monitoring, unit and integration tests with -race (test/node on a real node), brief fuzzing.
+	@NODE=1 hack/build-control-plane.sh >/dev/null
 	KUBEBUILDER_ASSETS=$(ASSETS) CHROMIUM=$$(hack/ensure-chromium.sh) go test -race -count=1 ./...
 	$(MAKE) --no-print-directory test-fuzz
+
+.PHONY: test-monitoring
+test-monitoring: ## config/monitoring: promtool checks the alert rules and the dashboard's queries, and runs the alerts' unit tests.
+	@hack/test-monitoring.sh
 
 # Each fuzz target as package:target:executions (about 5 s each here). Counts,
 # not durations: Go 1.26's fuzz coordinator can fail a run bounded by time with

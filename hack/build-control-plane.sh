@@ -4,12 +4,16 @@
 # once per version pair. The controller-manager runs Deployments for the tests
 # of verify --workload and rollout. With NODE=1 it also builds kubelet and
 # kube-scheduler from the same module, adding them to an existing directory.
-# Prints the directory, which is what KUBEBUILDER_ASSETS should point at.
+# Prints the directory, which is what KUBEBUILDER_ASSETS should point at, and
+# on stderr one line per build: what, from which module, how long. The go
+# command's output shows only if a build fails.
 set -euo pipefail
 
 KUBE_VERSION=${KUBE_VERSION:-1.37.0}
 ETCD_VERSION=${ETCD_VERSION:-3.6.8}
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/lib.sh
+. "$root/hack/lib.sh"
 out="$root/bin/k8s/$KUBE_VERSION-$ETCD_VERSION"
 
 kube_cmds=(kube-apiserver kube-controller-manager)
@@ -28,7 +32,7 @@ export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 
 build_etcd() {
   mkdir -p "$work/etcd" && cd "$work/etcd"
-  go mod init control-plane/etcd >/dev/null 2>&1
+  go mod init control-plane/etcd
   cat > tools.go <<'GO'
 //go:build tools
 
@@ -36,15 +40,15 @@ package tools
 
 import _ "go.etcd.io/etcd/server/v3"
 GO
-  go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >&2
-  go mod tidy >&2
-  CGO_ENABLED=0 go build -trimpath -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3 >&2
+  go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION"
+  go mod tidy
+  CGO_ENABLED=0 go build -trimpath -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3
   mv "$out/etcd.tmp" "$out/etcd"
 }
 
 build_kube() {
   mkdir -p "$work/kube" && cd "$work/kube"
-  go mod init control-plane/kube >/dev/null 2>&1
+  go mod init control-plane/kube
   # Only the missing commands: tidy then keeps what they need, and no more.
   {
     printf '//go:build tools\n\npackage tools\n\nimport (\n'
@@ -54,19 +58,28 @@ build_kube() {
   go mod edit -require "k8s.io/kubernetes@v$KUBE_VERSION"
   # A dependent module ignores upstream's "=> ./staging/..." replaces: map each
   # staging module to its own v0.Y.Z release instead.
-  go mod download "k8s.io/kubernetes@v$KUBE_VERSION" >&2
+  go mod download "k8s.io/kubernetes@v$KUBE_VERSION"
   upstream_mod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v$KUBE_VERSION.mod
   staging_version="v0.${KUBE_VERSION#1.}"
   awk '/=> \.\/staging\// {print $1}' "$upstream_mod" | sort -u | while read -r mod; do
     go mod edit -replace "$mod=$mod@$staging_version"
   done
-  go mod tidy >&2
+  go mod tidy
   for cmd in "${missing[@]}"; do
-    CGO_ENABLED=0 go build -trimpath -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2
+    CGO_ENABLED=0 go build -trimpath -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
     mv "$out/$cmd.tmp" "$out/$cmd"
   done
 }
 
-[ -x "$out/etcd" ] || build_etcd
-[ ${#missing[@]} = 0 ] || build_kube
+if [ ! -x "$out/etcd" ]; then
+  start=$SECONDS
+  quietly "$work/etcd.log" build_etcd
+  echo "built etcd (go.etcd.io/etcd/server/v3 v$ETCD_VERSION) in $(since "$start")" >&2
+fi
+if [ ${#missing[@]} != 0 ]; then
+  start=$SECONDS
+  quietly "$work/kube.log" build_kube
+  printf -v names '%s, ' "${missing[@]}"
+  echo "built ${names%, } (k8s.io/kubernetes v$KUBE_VERSION) in $(since "$start")" >&2
+fi
 echo "$out"

@@ -26,7 +26,7 @@ cleanup() {
 echo "== building"
 go build -o bin/sidecar-operator ./cmd/sidecar-operator
 go build -o bin/demo ./hack/demo
-echo "== starting the control plane (the first run builds kube-apiserver and etcd: a few minutes)"
+echo "== starting the control plane"
 hack/control-plane.sh up
 trap cleanup EXIT
 bin/demo -step crds

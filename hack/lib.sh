@@ -64,3 +64,25 @@ wait_for() {
 }
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# quietly log command...: runs the command (a function too) under set -e
+# with its output in log; if it fails, prints the log and exits with its
+# status. The subshell keeps set -e, which a function run as `f || ...`
+# would lose.
+quietly() {
+  local log=$1 rc; shift
+  set +e
+  (set -e; "$@") > "$log" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" = 0 ] && return
+  echo "${0##*/}: $* failed; its output:" >&2
+  cat "$log" >&2
+  exit "$rc"
+}
+
+# since start: the time since $SECONDS was start, as 4m2s or 38s.
+since() {
+  local s=$((SECONDS - $1))
+  if [ "$s" -ge 60 ]; then echo "$((s / 60))m$((s % 60))s"; else echo "${s}s"; fi
+}

@@ -88,29 +88,30 @@ func (k *Keeper) Issuer() []byte {
 // current is the keeper the expiry metrics read.
 var current atomic.Pointer[Keeper]
 
-func expiry(pick func(*served) *x509.Certificate) func() float64 {
-	return func() float64 {
-		k := current.Load()
-		if k == nil {
-			return 0
+var expiryDesc = prometheus.NewDesc("sidecar_operator_certificate_expiry_seconds",
+	"Seconds until the served webhook certificate, or the CA that signed it, expires; "+
+		"none until this replica has loaded them from the Secret (--cert-mode self).",
+	[]string{"certificate"}, nil)
+
+// expiryCollector exports nothing it does not know: a made-up 0 before the
+// first load, or under cert-manager, would read as a certificate expiring now.
+type expiryCollector struct{}
+
+func (expiryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- expiryDesc }
+
+func (expiryCollector) Collect(ch chan<- prometheus.Metric) {
+	k := current.Load()
+	if k == nil {
+		return
+	}
+	s := k.current.Load() // loaded before k was made current
+	for name, cert := range map[string]*x509.Certificate{certCA: s.issuer, certLeaf: s.leaf} {
+		if cert != nil {
+			ch <- prometheus.MustNewConstMetric(expiryDesc, prometheus.GaugeValue, time.Until(cert.NotAfter).Seconds(), name)
 		}
-		s := k.current.Load()
-		if s == nil || pick(s) == nil {
-			return 0
-		}
-		return time.Until(pick(s).NotAfter).Seconds()
 	}
 }
 
 func init() {
-	for name, pick := range map[string]func(*served) *x509.Certificate{
-		certCA:   func(s *served) *x509.Certificate { return s.issuer },
-		certLeaf: func(s *served) *x509.Certificate { return s.leaf },
-	} {
-		metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "sidecar_operator_certificate_expiry_seconds",
-			Help:        "Seconds until the served webhook certificate, or the CA that signed it, expires.",
-			ConstLabels: prometheus.Labels{"certificate": name},
-		}, expiry(pick)))
-	}
+	metrics.Registry.MustRegister(expiryCollector{})
 }

@@ -133,7 +133,13 @@ func readRequest(w http.ResponseWriter, r *http.Request, buf []byte) (body []byt
 	if n := r.ContentLength; n >= 0 && n <= MaxRequestBytes {
 		buf = slices.Grow(buf[:0], int(n)+1) // +1: the read that sees EOF needs room
 	}
-	body, err := readBody(http.MaxBytesReader(w, r.Body, MaxRequestBytes), buf)
+	// Past the limit, MaxBytesReader has the server close the connection,
+	// which it can ask of net/http's own writer only, not the metrics' one.
+	server := w
+	if rec, ok := w.(*codeRecorder); ok {
+		server = rec.ResponseWriter
+	}
+	body, err := readBody(http.MaxBytesReader(server, r.Body, MaxRequestBytes), buf)
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			http.Error(w, "request body exceeds the limit", http.StatusRequestEntityTooLarge)

@@ -57,10 +57,10 @@ type Server struct {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	limit := newLimiter(s.Limits).wrap
-	mux.Handle(PathMutatePods, limit(s.Mutator.review))
+	mux.Handle(PathMutatePods, timed(PathMutatePods, limit(s.Mutator.review)))
 	if s.Validator != nil {
-		mux.Handle(PathValidateSidecars, limit(s.Validator.validateSidecars))
-		mux.Handle(PathValidatePods, limit(s.Validator.validatePods))
+		mux.Handle(PathValidateSidecars, timed(PathValidateSidecars, limit(s.Validator.validateSidecars)))
+		mux.Handle(PathValidatePods, timed(PathValidatePods, limit(s.Validator.validatePods)))
 	}
 	mux.HandleFunc(PathHealthz, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc(PathReadyz, func(w http.ResponseWriter, _ *http.Request) {
