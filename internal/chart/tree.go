@@ -104,11 +104,7 @@ func (n *node) merge(v any, o option, path string) error {
 		}
 	case sequence:
 		l, ok := v.([]any)
-		// The default items come first, then other options' additions.
-		defaults := slices.IndexFunc(n.items, func(item *node) bool { return len(item.guards) > 0 })
-		if defaults < 0 {
-			defaults = len(n.items)
-		}
+		defaults := n.defaults()
 		if !ok || len(l) < defaults {
 			return fmt.Errorf("%s: %s renders %v, not the default list or more", path, o.name, v)
 		}
@@ -125,6 +121,10 @@ func (n *node) merge(v any, o option, path string) error {
 			n.items = append(n.items, added)
 		}
 	case scalar:
+		switch v.(type) {
+		case map[string]any, []any:
+			return fmt.Errorf("%s: %s renders %T, not a scalar", path, o.name, v)
+		}
 		if reflect.DeepEqual(n.value, v) {
 			return nil
 		}
@@ -136,9 +136,18 @@ func (n *node) merge(v any, o option, path string) error {
 	return nil
 }
 
-// add folds into n, which other options render, what option o (guard)
-// renders at the same place: n renders under either; its list items and
-// entries under the options that render them.
+// defaults is how many of a list's items always render: they come first,
+// then those options add.
+func (n *node) defaults() int {
+	if i := slices.IndexFunc(n.items, func(item *node) bool { return len(item.guards) > 0 }); i >= 0 {
+		return i
+	}
+	return len(n.items)
+}
+
+// add folds into n, which other options render, what the option of guard
+// renders at the same place: n renders under any of them; its list items
+// and entries under the options that render them.
 func (n *node) add(v any, guard, path string) error {
 	n.guards = append(n.guards, guard)
 	switch n.kind {
@@ -195,10 +204,7 @@ func (n *node) order(v any) error {
 		}
 	case sequence:
 		l, _ := v.([]any)
-		defaults := slices.IndexFunc(n.items, func(item *node) bool { return len(item.guards) > 0 })
-		if defaults < 0 {
-			defaults = len(n.items)
-		}
+		defaults := n.defaults()
 		at := map[*node]int{}
 		for i, item := range n.items {
 			at[item] = i

@@ -51,6 +51,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(replicaProcessEnv); spec != "" {
 		os.Exit(runReplicaProcess(spec)) // a child of TestHardKilledLeader
 	}
+	if args := os.Getenv(commandProcessEnv); args != "" {
+		os.Exit(runCommandProcess(args)) // a child of TestHelmChartInstallsAnOperatorThatInjects
+	}
 	os.Exit(run(m))
 }
 
