@@ -90,7 +90,7 @@ func TestHelmChartInstallsAnOperatorThatInjects(t *testing.T) {
 	}
 
 	flags := genericclioptions.NewConfigFlags(false)
-	flags.KubeConfig, flags.Namespace = ptr.To(adminKubeconfig), ptr.To(namespace)
+	flags.KubeConfig, flags.Namespace = new(adminKubeconfig), new(namespace)
 	helm := action.NewConfiguration(action.ConfigurationSetLogger(slog.DiscardHandler))
 	if err := helm.Init(flags, namespace, "secret"); err != nil {
 		t.Fatal(err)
@@ -253,7 +253,7 @@ func runAsServiceAccount(t *testing.T, c client.Client, host string, caData []by
 	})
 	t.Cleanup(stop)
 	ready := make(chan error, 1)
-	go func() { ready <- waitReady("http://"+addrs[2], 60*time.Second) }()
+	go func() { ready <- waitReady("http://" + addrs[2]) }()
 	select {
 	case err := <-ready:
 		if err != nil {
