@@ -12,6 +12,14 @@ ASSETS = $(CURDIR)/bin/k8s/$(KUBE_VERSION)-$(ETCD_VERSION)
 # operator's.
 CONTROLLER_GEN = $$(hack/tool.sh controller-gen)
 GOLANGCI_LINT = $$(hack/tool.sh golangci-lint)
+# Pinned in go.mod beside the Helm SDK the integration suite installs the
+# chart with, so that both are one version.
+HELM = go tool helm
+CHART = charts/sidecar-operator
+# Every value away from its default at once.
+CHART_VALUES = --set replicas=3,image.repository=registry.example.com/so,image.tag=v1,image.pullPolicy=Always \
+	--set certMode=cert-manager,clientAuth=true,webhook.failurePolicy=Ignore \
+	--set networkPolicy.adminFromNamespaceLabel=kubernetes.io/metadata.name=monitoring,resources.limits.memory=1Gi
 export KUBE_VERSION ETCD_VERSION
 
 .PHONY: build
@@ -19,16 +27,17 @@ build: ## Build bin/sidecar-operator.
 	go build -o bin/sidecar-operator ./cmd/sidecar-operator
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, the CRD and the operator's ClusterRole.
+generate: ## Regenerate deepcopy code, the CRD, the operator's ClusterRole, the webhook configurations and the Helm chart.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd:maxDescLen=0 paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=sidecar-operator paths=./internal/... output:rbac:artifacts:config=config/rbac
 	go run ./hack/gen-webhook
+	go run ./hack/gen-chart
 
 .PHONY: verify-generated
 verify-generated: generate ## Fail if generated files differ from the committed ones.
-	@changed=$$(git status --porcelain -- api config); \
-	if [ -n "$$changed" ]; then echo "generated files are stale; run make generate and commit:"; echo "$$changed"; git diff --stat -- api config; exit 1; fi
+	@changed=$$(git status --porcelain -- api config $(CHART)); \
+	if [ -n "$$changed" ]; then echo "generated files are stale; run make generate and commit:"; echo "$$changed"; git diff --stat -- api config $(CHART); exit 1; fi
 
 # NODE=1 (given to make or in the environment) asks for a kubelet node too;
 # API_PORT and ETCD_PORT move the control plane off 6443 and 2379.
@@ -56,10 +65,18 @@ lint: ## gofmt, go vet and golangci-lint (.golangci.yml: kubebuilder's linter se
 	$(GOLANGCI_LINT) run
 	cd hack/monitoring && $$(../tool.sh golangci-lint) run
 
+.PHONY: test-chart
+test-chart: ## helm lint --strict and helm template of the chart, with the default values and with every value changed.
+	@for values in "" "$(CHART_VALUES)"; do \
+		out=$$($(HELM) lint --strict $(CHART) $$values 2>&1 && \
+			$(HELM) template sidecar-operator $(CHART) --namespace sidecar-operator-system $$values 2>&1 >/dev/null) || \
+			{ echo "$$out"; exit 1; }; \
+	done; echo "chart: helm lint and helm template pass, default and changed values"
+
 # test/node brings up a kubelet node (hack/node.sh, as root): its kubelet and
 # kube-scheduler are built here, outside go test's timeout.
 .PHONY: test
-test: lint verify-generated control-plane test-monitoring ## Everything: lint, generated files, monitoring, unit and integration tests with -race (test/node on a real node), brief fuzzing.
+test: lint verify-generated control-plane test-monitoring test-chart ## Everything: lint, generated files, monitoring, the chart, unit and integration tests with -race (test/node on a real node), brief fuzzing.
 	@NODE=1 hack/build-control-plane.sh >/dev/null
 	KUBEBUILDER_ASSETS=$(ASSETS) CHROMIUM=$$(hack/ensure-chromium.sh) go test -race -count=1 ./...
 	$(MAKE) --no-print-directory test-fuzz

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -10,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,11 +25,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/config"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
-// imageRepository is where a release's image is published, tagged with the
+// ImageRepository is where a release's image is published, tagged with the
 // release's version.
-const imageRepository = "ghcr.io/sidecar-operator/sidecar-operator"
+const ImageRepository = "ghcr.io/sidecar-operator/sidecar-operator"
+
+// configNamespace is the namespace the config tree is written for.
+const configNamespace = "sidecar-operator-system"
 
 // binaryVersion is this binary's version as the go command stamped it: the tag of
 // the commit it was built from (go build in a clone, go install ...@v1.2.3), a
@@ -56,12 +63,16 @@ type ManifestOptions struct {
 	AdminFromNamespaceLabel string
 	// ClientAuth has the webhook require the apiserver's client certificate.
 	ClientAuth bool
+	// FailurePolicy is the webhooks' failurePolicy: Fail (also when empty)
+	// or Ignore.
+	FailurePolicy admissionv1.FailurePolicyType
 }
 
 func newManifestsCommand() *cobra.Command {
 	var o ManifestOptions
 	cmd := &cobra.Command{
-		Use:   "manifests [--namespace NS] [--image IMAGE] [--cert-mode self|cert-manager] [--admin-from-namespace-label KEY=VALUE] [--client-auth]",
+		Use: "manifests [--namespace NS] [--image IMAGE] [--cert-mode self|cert-manager] [--admin-from-namespace-label KEY=VALUE] [--client-auth] " +
+			"[--failure-policy Fail|Ignore]",
 		Short: "Print the install as YAML, rendered from the same kustomize tree as kubectl apply -k config/default",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -74,14 +85,16 @@ func newManifestsCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Namespace, "namespace", "sidecar-operator-system", "namespace to install into")
-	f.StringVar(&o.Image, "image", "", "the operator's image (default "+imageRepository+":<this binary's version>; "+
+	f.StringVar(&o.Namespace, "namespace", configNamespace, "namespace to install into")
+	f.StringVar(&o.Image, "image", "", "the operator's image (default "+ImageRepository+":<this binary's version>; "+
 		"a build from anything but a release tag has no image of its own and needs --image)")
 	f.StringVar(&o.CertMode, "cert-mode", "self", "self (the operator rotates its certificates) or cert-manager")
 	f.StringVar(&o.AdminFromNamespaceLabel, "admin-from-namespace-label", "",
 		"key=value: the NetworkPolicy admits the admin (metrics) port from namespaces with this label; by default from none")
 	f.BoolVar(&o.ClientAuth, "client-auth", false, "the webhook requires a client certificate from the apiserver, "+
 		"issued by the CA in ConfigMap sidecar-operator-client-ca (key ca.crt), which you create in --namespace")
+	f.StringVar((*string)(&o.FailurePolicy), "failure-policy", string(webhookconfig.DefaultFailurePolicy),
+		"the webhooks' failurePolicy, and the operator's --failure-policy: Fail (no pod escapes injection) or Ignore")
 	return cmd
 }
 
@@ -91,7 +104,7 @@ func releaseImage(version string) (string, error) {
 	if !releaseTag.MatchString(version) || pseudoVersion.MatchString(version) {
 		return "", fmt.Errorf("this binary is a development build (version %q) with no published image: pass --image", version)
 	}
-	return imageRepository + ":" + version, nil
+	return ImageRepository + ":" + version, nil
 }
 
 // splitImage splits an image reference into its name and its tag (or
@@ -132,7 +145,6 @@ func RenderManifests(o ManifestOptions) ([]byte, error) {
 		return nil, fmt.Errorf("--namespace %q: %s", o.Namespace, strings.Join(errs, "; "))
 	}
 	overlay := types.Kustomization{
-		Namespace:   o.Namespace,
 		SortOptions: &types.SortOptions{Order: types.LegacySortOrder},
 		Resources:   []string{"../config/default"},
 	}
@@ -145,6 +157,18 @@ func RenderManifests(o ManifestOptions) ([]byte, error) {
 	}
 	if o.ClientAuth {
 		overlay.Components = append(overlay.Components, "../config/components/client-auth")
+	}
+	switch o.FailurePolicy {
+	case "", webhookconfig.DefaultFailurePolicy:
+	case admissionv1.Ignore:
+		// The webhook configurations are rendered with it (configTree); the
+		// operator is told, or it would put Fail back.
+		overlay.Patches = append(overlay.Patches, types.Patch{
+			Target: &types.Selector{ResId: resid.NewResIdKindOnly("Deployment", "sidecar-operator")},
+			Patch:  `[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--failure-policy=Ignore"}]`,
+		})
+	default:
+		return nil, fmt.Errorf("--failure-policy: want Fail or Ignore, got %q", o.FailurePolicy)
 	}
 	if o.AdminFromNamespaceLabel != "" {
 		patch, err := adminIngressPatch(o.AdminFromNamespaceLabel)
@@ -169,11 +193,22 @@ func RenderManifests(o ManifestOptions) ([]byte, error) {
 		replacement.NewTag = tag
 	}
 	overlay.Images = []types.Image{replacement}
-	return kustomize(overlay)
+	mem, err := configTree(o.Namespace, cmp.Or(o.FailurePolicy, webhookconfig.DefaultFailurePolicy))
+	if err != nil {
+		return nil, err
+	}
+	return kustomize(mem, overlay)
 }
 
-// kustomize builds overlay, next to a copy of the config tree, in memory.
-func kustomize(overlay types.Kustomization) ([]byte, error) {
+// configTree is a copy of the config tree, in memory, written for namespace
+// and failurePolicy. kustomize's namespace transformer rewrites
+// metadata.namespace and the references it knows of (RBAC subjects, the
+// webhooks' Service), but not a namespace inside a string: the certificate's
+// DNS names, cert-manager's inject-ca-from, the webhooks' namespaceSelectors.
+// The tree names its namespace in full wherever it means it, so every
+// mention is replaced. The webhook configurations are rendered from the code
+// the operator keeps them in step with.
+func configTree(namespace string, failurePolicy admissionv1.FailurePolicyType) (filesys.FileSystem, error) {
 	mem := filesys.MakeFsInMemory()
 	err := fs.WalkDir(config.Tree, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -183,11 +218,26 @@ func kustomize(overlay types.Kustomization) ([]byte, error) {
 		if err != nil {
 			return err
 		}
-		return mem.WriteFile(path.Join("/config", p), data)
+		return mem.WriteFile(path.Join("/config", p), bytes.ReplaceAll(data, []byte(configNamespace), []byte(namespace)))
 	})
 	if err != nil {
 		return nil, err
 	}
+	mutating, validating := webhookconfig.Installed(namespace, failurePolicy)
+	for file, obj := range map[string]any{"/config/webhook/mutating.yaml": mutating, "/config/webhook/validating.yaml": validating} {
+		data, err := yaml.Marshal(obj)
+		if err == nil {
+			err = mem.WriteFile(file, data)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return mem, nil
+}
+
+// kustomize builds overlay next to the config tree in mem.
+func kustomize(mem filesys.FileSystem, overlay types.Kustomization) ([]byte, error) {
 	data, err := yaml.Marshal(overlay)
 	if err != nil {
 		return nil, err

@@ -7,14 +7,17 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 const testImage = "example.com/sidecar-operator:v1"
@@ -37,6 +40,8 @@ func TestManifestsTakeTheirFlags(t *testing.T) {
 			want: []string{"cert-manager.io/inject-ca-from: sidecar-operator-system/sidecar-operator-serving", "--cert-mode=cert-manager", "kind: Certificate", "secretName: sidecar-operator-serving"}},
 		{name: "bad namespace", args: []string{"--namespace", "Not_A_Namespace"}, wantErrContains: `--namespace "Not_A_Namespace"`},
 		{name: "bad cert mode", args: []string{"--image", testImage, "--cert-mode", "openssl"}, wantErrContains: "--cert-mode"},
+		{name: "bad failure policy", args: []string{"--image", testImage, "--failure-policy", "fail"},
+			wantErrContains: `--failure-policy: want Fail or Ignore, got "fail"`},
 		{name: "admin label without a value", args: []string{"--image", testImage, "--admin-from-namespace-label", "monitoring"},
 			wantErrContains: `--admin-from-namespace-label "monitoring": want key=value`},
 		{name: "admin label not a label", args: []string{"--image", testImage, "--admin-from-namespace-label", "team=a b"},
@@ -336,5 +341,59 @@ func TestManifestsClientAuthMountsTheClientCA(t *testing.T) {
 	c := renderInstall(t, "--image", testImage).manager(t)
 	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--client-ca-file") }) || len(c.VolumeMounts) > 0 {
 		t.Errorf("without --client-auth: args %v, mounts %+v", c.Args, c.VolumeMounts)
+	}
+}
+
+// TestManifestsAreWrittenForTheirNamespaceAndFailurePolicy renders every
+// option outside the default namespace: nothing may still name it, and the
+// webhook configurations are those the operator keeps in step, so that it
+// has nothing to repair.
+func TestManifestsAreWrittenForTheirNamespaceAndFailurePolicy(t *testing.T) {
+	for _, policy := range []admissionv1.FailurePolicyType{admissionv1.Fail, admissionv1.Ignore} {
+		t.Run(string(policy), func(t *testing.T) {
+			out, err := runCLI(t, "manifests", "--image", testImage, "--namespace", "ops", "--cert-mode", "cert-manager", "--client-auth",
+				"--admin-from-namespace-label", "team=ops", "--failure-policy", string(policy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(out, configNamespace) {
+				t.Errorf("rendered for namespace ops, the manifests still name %s", configNamespace)
+			}
+			wantMutating, wantValidating := webhookconfig.Installed("ops", policy)
+			docs, err := sidecarfile.SplitYAML(strings.NewReader(out))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mutating admissionv1.MutatingWebhookConfiguration
+			var validating admissionv1.ValidatingWebhookConfiguration
+			var args []string
+			for _, doc := range docs {
+				var meta metav1.TypeMeta
+				if err := yaml.Unmarshal(doc, &meta); err != nil {
+					t.Fatal(err)
+				}
+				var d appsv1.Deployment
+				for kind, into := range map[string]any{"MutatingWebhookConfiguration": &mutating, "ValidatingWebhookConfiguration": &validating, "Deployment": &d} {
+					if meta.Kind == kind {
+						if err := yaml.UnmarshalStrict(doc, into); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if meta.Kind == "Deployment" {
+					args = d.Spec.Template.Spec.Containers[0].Args
+				}
+			}
+			if !equality.Semantic.DeepEqual(mutating.Webhooks, wantMutating.Webhooks) {
+				t.Errorf("mutating webhooks\n%+v\nwant\n%+v", mutating.Webhooks, wantMutating.Webhooks)
+			}
+			if !equality.Semantic.DeepEqual(validating.Webhooks, wantValidating.Webhooks) {
+				t.Errorf("validating webhooks\n%+v\nwant\n%+v", validating.Webhooks, wantValidating.Webhooks)
+			}
+			told := slices.Contains(args, "--failure-policy=Ignore")
+			if told != (policy == admissionv1.Ignore) {
+				t.Errorf("failure policy %s, operator's args %v", policy, args)
+			}
+		})
 	}
 }

@@ -217,13 +217,19 @@ func addAdminAPI(mgr manager.Manager, opts Options) error {
 	return nil
 }
 
-// ensureNamespace creates the operator's namespace outside a cluster.
+// ensureNamespace creates the operator's namespace outside a cluster. It
+// looks first: the install's identity may read namespaces but not create
+// them, and a create is refused for that before it is found to exist.
 func ensureNamespace(ctx context.Context, cfg *rest.Config, name string) error {
 	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return err
 	}
-	err = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(ns), ns); err == nil {
+		return nil
+	}
+	err = c.Create(ctx, ns)
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", name, err)
 	}

@@ -37,6 +37,22 @@ const DefaultName = "sidecar-operator"
 // which the status controller reports, for availability.
 const DefaultFailurePolicy = admissionv1.Fail
 
+// Installed are both configurations as the install ships them: reaching the
+// Service sidecar-operator in namespace, with no caBundle, which the operator
+// or cert-manager's CA injector fills in. config/webhook is generated from
+// them, and `sidecar-operator manifests` renders them for its options, so
+// the installed configurations are the ones the operator keeps in step.
+func Installed(namespace string, failurePolicy admissionv1.FailurePolicyType) (
+	*admissionv1.MutatingWebhookConfiguration, *admissionv1.ValidatingWebhookConfiguration,
+) {
+	target := Target{ServiceNamespace: namespace, ServiceName: "sidecar-operator"}
+	mutating := Mutating(DefaultName, target, nil, failurePolicy, namespace)
+	mutating.APIVersion, mutating.Kind = admissionv1.SchemeGroupVersion.String(), "MutatingWebhookConfiguration"
+	validating := Validating(DefaultName, target, nil, failurePolicy, namespace)
+	validating.APIVersion, validating.Kind = admissionv1.SchemeGroupVersion.String(), "ValidatingWebhookConfiguration"
+	return mutating, validating
+}
+
 // Target says where the apiserver reaches the webhook: a URL, or a Service.
 type Target struct {
 	URL              string

@@ -163,7 +163,7 @@ func TestTwoReplicas(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-r.done })
 	}
 	for _, r := range replicas {
-		if err := waitReady("https://"+r.addr, 60*time.Second); err != nil {
+		if err := waitReady("https://" + r.addr); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -434,7 +434,7 @@ func TestHardKilledLeader(t *testing.T) {
 		})
 	}
 	for _, r := range replicas {
-		if err := waitReady("https://"+r.addr, 60*time.Second); err != nil {
+		if err := waitReady("https://" + r.addr); err != nil {
 			t.Fatal(err)
 		}
 	}

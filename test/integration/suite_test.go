@@ -51,6 +51,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(replicaProcessEnv); spec != "" {
 		os.Exit(runReplicaProcess(spec)) // a child of TestHardKilledLeader
 	}
+	if args := os.Getenv(commandProcessEnv); args != "" {
+		os.Exit(runCommandProcess(args)) // a child of TestHelmChartInstallsAnOperatorThatInjects
+	}
 	os.Exit(run(m))
 }
 
@@ -123,7 +126,7 @@ func run(m *testing.M) int {
 		}
 	})
 	defer func() { cancel(); wg.Wait() }()
-	if err := waitReady(webhookURL, 60*time.Second); err != nil {
+	if err := waitReady(webhookURL); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -146,7 +149,9 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-func waitReady(base string, timeout time.Duration) error {
+// waitReady waits up to a minute for the operator at base to be ready.
+func waitReady(base string) error {
+	const timeout = time.Minute
 	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
