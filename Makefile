@@ -14,7 +14,7 @@ CONTROLLER_GEN = $$(hack/tool.sh controller-gen)
 GOLANGCI_LINT = $$(hack/tool.sh golangci-lint)
 # Pinned in go.mod beside the Helm SDK the integration suite installs the
 # chart with, so that both are one version.
-HELM = go tool helm
+HELM = $$(hack/tool.sh helm)
 CHART = charts/sidecar-operator
 # Every value away from its default at once.
 CHART_VALUES = --set replicas=3,image.repository=registry.example.com/so,image.tag=v1,image.pullPolicy=Always \
@@ -67,9 +67,9 @@ lint: ## gofmt, go vet and golangci-lint (.golangci.yml: kubebuilder's linter se
 
 .PHONY: test-chart
 test-chart: ## helm lint --strict and helm template of the chart, with the default values and with every value changed.
-	@for values in "" "$(CHART_VALUES)"; do \
-		out=$$($(HELM) lint --strict $(CHART) $$values 2>&1 && \
-			$(HELM) template sidecar-operator $(CHART) --namespace sidecar-operator-system $$values 2>&1 >/dev/null) || \
+	@helm=$(HELM); for values in "" "$(CHART_VALUES)"; do \
+		out=$$($$helm lint --strict $(CHART) $$values 2>&1 && \
+			$$helm template sidecar-operator $(CHART) --namespace sidecar-operator-system $$values 2>&1 >/dev/null) || \
 			{ echo "$$out"; exit 1; }; \
 	done; echo "chart: helm lint and helm template pass, default and changed values"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/tool.sh controller-gen|golangci-lint|promtool: installs the pinned Go
+# hack/tool.sh controller-gen|golangci-lint|promtool|helm: installs the pinned Go
 # tool into bin/tools/ and prints its path. go install leaves an up-to-date
 # binary alone; when it makes a new one (the first run, a changed pin), one
 # line on stderr says which tool, at which version, and how long it took.
@@ -14,7 +14,8 @@ case ${1:-} in
   controller-gen) module=sigs.k8s.io/controller-tools dir=$root ;;
   golangci-lint) module=github.com/golangci/golangci-lint/v2 dir=$root/hack/tools ;;
   promtool) module=github.com/prometheus/prometheus dir=$root/hack/monitoring ;;
-  *) echo "usage: $0 controller-gen|golangci-lint|promtool" >&2; exit 2 ;;
+  helm) module=helm.sh/helm/v4 dir=$root ;;
+  *) echo "usage: $0 controller-gen|golangci-lint|promtool|helm" >&2; exit 2 ;;
 esac
 export GOBIN=$root/bin/tools
 bin=$GOBIN/$1
