@@ -18,7 +18,8 @@ var statusPath = field.NewPath("metadata", "annotations").Key(v1alpha1.Annotatio
 //
 // On CREATE (old is nil) every record must parse, name a Sidecar the engine
 // knows, and, when ring is set, carry the webhook's signature for this pod
-// over containers that are still what was injected. Without a ring (the
+// over containers that are still what was injected, at the Sidecar's
+// current revision. Without a ring (the
 // standalone webhook, which grants nothing) the claimed containers must at
 // least exist.
 //
@@ -50,6 +51,12 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) field.
 			uid, _ := engine.UID(r.Name)
 			if err := ring.Verify(pod, uid, r); err != nil {
 				errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("the record of sidecar %q was not made by the webhook for this pod: %v", r.Name, err)))
+			} else if current, _ := engine.Revision(r.Name); r.Revision != current {
+				// Only pods injected before a change may stay behind: a copy
+				// of their record would run a superseded template with the grant.
+				errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf(
+					"the record of sidecar %q is of revision %s, and the Sidecar is at %s: a new pod gets the current revision; create it without the record",
+					r.Name, r.Revision, current)))
 			}
 		default:
 			for _, name := range containers {

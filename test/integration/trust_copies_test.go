@@ -248,3 +248,61 @@ func TestAttackTemplatedMountAtTheTokenPath(t *testing.T) {
 	t.Errorf("Sidecar with mountPath %q accepted; the tenant's pod %s/%s was injected, its sidecar mounts %v at the token's path (plugin token mount present: %v), and its record verifies (RoleBinding made)",
 		"{{ .Parameters.dir }}", ns, pod.Name, at, hasToken)
 }
+
+// waitSidecarImage waits until a dry-run pod the Sidecar selects gets its
+// container with image.
+func waitSidecarImage(t *testing.T, sc *v1alpha1.Sidecar, image string) {
+	t.Helper()
+	eventually(t, 20*time.Second, func() error {
+		probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default", Labels: map[string]string{"app": sc.Name}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+		if err := k8s.Create(context.Background(), probe, client.DryRunAll); err != nil {
+			return err
+		}
+		if c := signing.Container(probe, sc.Name); c == nil || c.Image != image {
+			return fmt.Errorf("sidecar %s not yet %s", sc.Name, image)
+		}
+		return nil
+	})
+}
+
+// The author replaces the sidecar's image (a CVE fix, say). A tenant who
+// kept an injected pod's spec and record must not create new pods that run
+// the superseded revision with the grant. (Found by the second review.)
+func TestAttackCopiedRecordOfAnOlderRevision(t *testing.T) {
+	ctx := context.Background()
+	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
+	applyServed(t, sc)
+	ns, tenantClient := tenant(t, nil)
+	orig, err := selectedPodAs(t, tenantClient, sc, ns, nil)
+	if err != nil || !injectedWith(orig, sc.Name) {
+		t.Fatalf("the tenant's selected pod was not injected (test setup): %v", err)
+	}
+	waitBinding(t, sc, ns, ns+"/default")
+	oldRevision := currentRevision(t, sc)
+	fixed := "registry.example.com/xxl-agent:1.4.1-fixed"
+	updateSidecar(t, sc, func(s *v1alpha1.Sidecar) { s.Spec.Containers[0].Image = fixed })
+	waitSidecarImage(t, sc, fixed)
+	if err := tenantClient.Delete(ctx, orig); err != nil {
+		t.Fatal(err)
+	}
+	waitBinding(t, sc, ns)
+
+	spec := orig.Spec.DeepCopy()
+	spec.NodeName = ""
+	stale := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "stale-", Namespace: ns, Labels: orig.Labels,
+			Annotations: map[string]string{v1alpha1.AnnotationStatus: orig.Annotations[v1alpha1.AnnotationStatus]}},
+		Spec: *spec,
+	}
+	err = tenantClient.Create(ctx, stale)
+	if err != nil {
+		t.Logf("secure: the copy of revision %s was refused: %v", oldRevision, err)
+		if !strings.Contains(err.Error(), "is of revision "+oldRevision) {
+			t.Errorf("the denial does not name the old revision %s: %v", oldRevision, err)
+		}
+		return
+	}
+	waitBinding(t, sc, ns, ns+"/default")
+	t.Errorf("the copy %s runs the superseded image of revision %s and regained the grant: canExec=%v", stale.Name, oldRevision, canExec(t, ns, "default", ns))
+}
