@@ -226,7 +226,9 @@ func (r *Ring) Verify(pod *corev1.Pod, sidecarUID string, rec *v1alpha1.Injectio
 	if err := r.verifySignature(pod.Namespace, pod.Spec.ServiceAccountName, sidecarUID, placement, rec); err != nil {
 		return err
 	}
-	if Digest(containers) != rec.Digest {
+	list := contents(containers) // read once for both digests
+	mounted := MountedVolumes(list)
+	if DigestContents(list) != rec.Digest {
 		return ErrContentChanged
 	}
 	for i := range containers {
@@ -237,7 +239,7 @@ func (r *Ring) Verify(pod *corev1.Pod, sidecarUID string, rec *v1alpha1.Injectio
 			}
 		}
 	}
-	if d, mounted := PodVolumeDigest(pod, containers); d != rec.VolumeDigest {
+	if d, _ := VolumeDigest(mounted, podVolume(pod)); d != rec.VolumeDigest { // podVolume fails never
 		return fmt.Errorf("%w: %s", ErrVolumesChanged, strings.Join(mounted, ", "))
 	}
 	return nil

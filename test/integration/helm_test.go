@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,19 +23,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/cli"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
-	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 )
 
 // commandProcessEnv holds, in a child process of the suite, the arguments
@@ -106,7 +102,7 @@ func TestHelmChartInstallsAnOperatorThatInjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objects := releaseObjects(t, installed.(*releasev1.Release).Manifest)
+	objects := decodeObjects(t, []byte(installed.(*releasev1.Release).Manifest))
 	kinds := map[string]int{}
 	for _, obj := range objects {
 		kinds[obj.GetKind()]++
@@ -169,26 +165,6 @@ func TestHelmChartInstallsAnOperatorThatInjects(t *testing.T) {
 			t.Errorf("%s %s after helm uninstall: %v", obj.GetKind(), obj.GetName(), err)
 		}
 	}
-}
-
-// releaseObjects are the objects of a release's manifest.
-func releaseObjects(t *testing.T, manifest string) []*unstructured.Unstructured {
-	t.Helper()
-	docs, err := sidecarfile.SplitYAML(bytes.NewReader([]byte(manifest)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []*unstructured.Unstructured
-	for _, doc := range docs {
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
-			t.Fatal(err)
-		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
-		}
-	}
-	return objs
 }
 
 // runAsServiceAccount starts `run` in a child process with the arguments of

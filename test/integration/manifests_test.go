@@ -34,7 +34,13 @@ func renderedObjects(t *testing.T, namespace string) []*unstructured.Unstructure
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs, err := sidecarfile.SplitYAML(bytes.NewReader(out))
+	return decodeObjects(t, out)
+}
+
+// decodeObjects decodes a multi-document YAML stream, leaving out empty documents.
+func decodeObjects(t *testing.T, raw []byte) []*unstructured.Unstructured {
+	t.Helper()
+	docs, err := sidecarfile.SplitYAML(bytes.NewReader(raw))
 	if err != nil {
 		t.Fatal(err)
 	}
