@@ -180,6 +180,9 @@ func writeExplained(w io.Writer, output string, list []explained) error {
 			for _, p := range e.Parameters {
 				fmt.Fprintf(w, "    parameter %s\n", parameterText(p))
 			}
+			if l := e.TemplateLimits; l != nil {
+				fmt.Fprintf(w, "    template caps: %d bytes a parameter, %d bytes a rendered value, %d bytes all of a pod's\n", l.Parameter, l.Value, l.Pod)
+			}
 		}
 	}
 	return nil

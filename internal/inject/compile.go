@@ -35,6 +35,8 @@ type compiledSidecar struct {
 
 	params     []v1alpha1.Parameter
 	paramIndex map[string]int
+	// templated: it has parameters or templates, and so the template caps apply.
+	templated bool
 
 	// initContainers holds the Sidecar's init containers followed, for a
 	// native sidecar, by its containers with restartPolicy Always.
@@ -117,6 +119,9 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		}
 		declared[p.Name] = true
 		c.paramIndex[p.Name] = i
+		if p.Default != nil && len(*p.Default) > MaxParameterValueLength {
+			errs = append(errs, fmt.Errorf("spec.parameters[%d].default: %d bytes long, over the %d-byte cap of a parameter value", i, len(*p.Default), MaxParameterValueLength))
+		}
 	}
 	var err error
 	if c.selector, err = selectorOrNil(spec.Selector); err != nil {
@@ -166,13 +171,14 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		}
 	}
 
+	c.templated = len(spec.Parameters) > 0
 	static := true
 	var statics []signing.Content
 	for _, rc := range slices.Concat(c.initContainers, c.containers) {
 		c.containerNames = append(c.containerNames, rc.name)
 		c.appArmorKeys = append(c.appArmorKeys, appArmorAnnotationPrefix+rc.name)
 		if rc.static == nil {
-			static = false
+			static, c.templated = false, true
 		} else {
 			statics = append(statics, *rc.static)
 		}

@@ -136,6 +136,10 @@ type plan struct {
 	warnings    []string
 	skipped     []Skip
 
+	// budget bounds what each rendering pass over the selected Sidecars
+	// writes; seal, writePatch and mutate each start it afresh.
+	budget renderBudget
+
 	// podVolume returns the pod's volume of a name, decoding the pod's
 	// volumes only when asked.
 	podVolume func(string) (*corev1.Volume, error)
@@ -180,7 +184,7 @@ func (p *plan) appMount(m appMount) corev1.VolumeMount {
 // planFor decides what to inject. podVolume returns a volume of the pod by
 // name, for comparing a Sidecar volume with a pod volume of the same name.
 func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolume func(string) (*corev1.Volume, error)) *plan {
-	p := &plan{}
+	p := &plan{budget: newRenderBudget(nil)}
 	p.selected = p.selectedBuf[:0]
 	e.fill(p, pod, namespace, nsLabels, podVolume)
 	return p
@@ -247,9 +251,14 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 			p.skip(sc.name, SkipContainerExists, fmt.Sprintf("sidecar %q not injected: the pod already has a container named %q", sc.name, name))
 			continue
 		}
-		sel := selection{sc: sc, render: renderData{index: sc.paramIndex, pod: pod, ns: namespace}}
+		sel := selection{sc: sc, render: renderData{index: sc.paramIndex, pod: pod, ns: namespace, budget: &p.budget}}
 		var missing []string
 		sel.render.params, missing = resolveParameters(sc.params, annotations)
+		if i := slices.IndexFunc(sel.render.params, func(v string) bool { return len(v) > MaxParameterValueLength }); i >= 0 {
+			p.deny(sc.name, fmt.Sprintf("sidecar %q: annotation %q (parameter %q) is %d bytes long, over the %d-byte cap of a parameter value",
+				sc.name, sc.params[i].Annotation, sc.params[i].Name, len(sel.render.params[i]), MaxParameterValueLength))
+			continue
+		}
 		if p.trace != nil {
 			p.trace.parameters(sc, annotations)
 		}
@@ -606,6 +615,7 @@ func quoteList(items []string) string {
 // injected and, when signer is set, the webhook's signature, and renders the
 // status annotation: the pod's own records first, unchanged.
 func (p *plan) seal(signer Signer) error {
+	p.budget.refill()
 	p.injected = make([]v1alpha1.InjectionRecord, len(p.selected))
 	sa := p.pod.Spec.ServiceAccountName
 	initAt := 0 // init containers go first, in Sidecar order (writePatch)

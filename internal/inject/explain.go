@@ -41,7 +41,19 @@ type Explanation struct {
 	InjectedRevision string              `json:"injectedRevision,omitempty"`
 	Reasons          []string            `json:"reasons"`
 	Parameters       []ResolvedParameter `json:"parameters,omitempty"`
+	// TemplateLimits are the caps rendering enforces, for a Sidecar with
+	// templates or parameters.
+	TemplateLimits *TemplateLimits `json:"templateLimits,omitempty"`
 }
+
+// TemplateLimits are the caps in force on a Sidecar's templates, in bytes.
+type TemplateLimits struct {
+	Value     int `json:"valueBytes"`
+	Pod       int `json:"podBytes"`
+	Parameter int `json:"parameterBytes"`
+}
+
+var templateLimits = TemplateLimits{Value: MaxValueLength, Pod: MaxRenderedBytes, Parameter: MaxParameterValueLength}
 
 // ResolvedParameter is a Sidecar parameter as read from a pod.
 type ResolvedParameter struct {
@@ -69,14 +81,32 @@ const (
 func (e *Engine) Explain(pod *corev1.Pod, namespace string, nsLabels NamespaceLabelsFunc) []Explanation {
 	t := &tracer{byName: make(map[string]*Explanation, len(e.sidecars))}
 	for _, sc := range e.sidecars {
-		t.list = append(t.list, Explanation{Sidecar: sc.name, Revision: sc.revision})
+		x := Explanation{Sidecar: sc.name, Revision: sc.revision}
+		if sc.templated {
+			x.TemplateLimits = &templateLimits
+		}
+		t.list = append(t.list, x)
 	}
 	for i := range t.list {
 		t.byName[t.list[i].Sidecar] = &t.list[i]
 	}
-	p := &plan{trace: t}
+	p := &plan{trace: t, budget: newRenderBudget(nil)}
 	p.selected = p.selectedBuf[:0]
 	e.fill(p, viewOfPod(pod), namespace, nsLabels, podVolume(pod))
+	if len(p.denials) == 0 {
+		// Rendering can deny too: past a cap, or a template that fails.
+		var scratch []byte
+		for i := range p.selected {
+			s := &p.selected[i]
+			for _, c := range slices.Concat(s.sc.initContainers, s.sc.containers) {
+				var err error
+				if scratch, err = s.appendContainer(scratch[:0], c); err != nil {
+					t.verdict(s.sc.name, VerdictDenied, "rendering "+err.Error())
+					return t.list
+				}
+			}
+		}
+	}
 	return t.list
 }
 

@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"context"
 	encjson "encoding/json"
 	"fmt"
 	"strings"
@@ -36,7 +37,7 @@ func (e *Engine) InjectJSON(raw []byte, namespace string, nsLabels NamespaceLabe
 	if err := DecodePodView(raw, &view); err != nil {
 		return nil, fmt.Errorf("decoding pod: %w", err)
 	}
-	return e.InjectView(&view, namespace, nsLabels, PodVolumesFromJSON(raw), signer, buf)
+	return e.InjectView(context.Background(), &view, namespace, nsLabels, PodVolumesFromJSON(raw), signer, buf)
 }
 
 // PodVolumesFromJSON decodes the volumes of the pod JSON raw in full, only
@@ -58,8 +59,8 @@ func PodVolumesFromJSON(raw []byte) PodVolumesFunc {
 type PodVolumesFunc func() ([]corev1.Volume, error)
 
 // InjectView is InjectJSON for a caller that decoded the PodView itself, for
-// example as part of an AdmissionReview.
-func (e *Engine) InjectView(view *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolumes PodVolumesFunc,
+// example as part of an AdmissionReview. Rendering stops when ctx is done.
+func (e *Engine) InjectView(ctx context.Context, view *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolumes PodVolumesFunc,
 	signer Signer, buf []byte) (*Result, error) {
 	p := e.planFor(view, namespace, nsLabels, func(name string) (*corev1.Volume, error) {
 		volumes, err := podVolumes()
@@ -73,6 +74,7 @@ func (e *Engine) InjectView(view *PodView, namespace string, nsLabels NamespaceL
 		}
 		return nil, nil
 	})
+	p.budget.ctx = ctx
 	return p.result(buf, signer)
 }
 

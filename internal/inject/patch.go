@@ -89,6 +89,7 @@ var (
 
 // writePatch renders the plan as a JSON Patch into buf.
 func (p *plan) writePatch(buf []byte) ([]byte, error) {
+	p.budget.refill()
 	w := patchWriter{buf: buf}
 	if p.addMetadata {
 		w.addRaw("/metadata", []byte("{}"))
@@ -275,6 +276,7 @@ func (p *plan) mountJSON(m appMount) []byte {
 
 // mutate applies the plan to a copy of pod and returns it.
 func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
+	p.budget.refill()
 	out := pod.DeepCopy()
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}

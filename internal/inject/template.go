@@ -2,13 +2,39 @@ package inject
 
 import (
 	"bytes"
+	"context"
 	encjson "encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"text/template"
 	"text/template/parse"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
+)
+
+// The template language's limits. A template is checked against the first
+// three when its Sidecar is compiled, and rendering enforces the rest as it
+// writes, whatever the parameter values: the trial run at admission sees
+// only empty ones.
+const (
+	// MaxTemplateLength bounds one templated string's source, in bytes.
+	MaxTemplateLength = 4096
+	// MaxTemplateNodes bounds the actions, arguments and text of one template.
+	MaxTemplateNodes = 64
+	// MaxTemplateDepth bounds the nesting of if, with and parentheses.
+	MaxTemplateDepth = 8
+	// MaxParameterValueLength bounds a parameter's value, from its
+	// annotation or its default.
+	MaxParameterValueLength = 4096
+	// MaxValueLength bounds one rendered string and each function's result.
+	MaxValueLength = 16 << 10
+	// MaxRenderedBytes bounds what the templates of one pod's Sidecars
+	// render together.
+	MaxRenderedBytes = 256 << 10
+	// maxFormatNumber bounds a printf width or precision.
+	maxFormatNumber = 64
 )
 
 // templateData is what a Sidecar's templates see.
@@ -56,23 +82,51 @@ var podFields = map[string]templateField{
 	"Namespace":    fieldPodNamespace,
 }
 
+// podMaps are the fields of .Pod that hold maps, read with index or a key.
+var podMaps = map[string]bool{"Labels": true, "Annotations": true}
+
+// templateFuncs are the functions a template may call: text/template's
+// comparisons and logic, and pure string functions whose results are
+// bounded by MaxValueLength. print and printf replace text/template's own.
+var templateFuncs = template.FuncMap{
+	"print":      boundedPrint,
+	"printf":     boundedPrintf,
+	"default":    defaultValue,
+	"lower":      strings.ToLower,
+	"upper":      func(s string) (string, error) { return bounded(strings.ToUpper(s)) },
+	"trim":       strings.TrimSpace,
+	"trimPrefix": func(prefix, s string) string { return strings.TrimPrefix(s, prefix) },
+	"trimSuffix": func(suffix, s string) string { return strings.TrimSuffix(s, suffix) },
+}
+
+// builtinFuncs are text/template's own functions that a template may call:
+// none loops, and none returns more than it was given.
+var builtinFuncs = map[string]bool{"and": true, "or": true, "not": true, "eq": true, "ne": true, "lt": true, "le": true,
+	"gt": true, "ge": true, "len": true, "index": true}
+
 func compileStringTemplate(src string, params map[string]bool) (*stringTemplate, error) {
-	t, err := template.New("").Option("missingkey=error").Parse(src)
+	if len(src) > MaxTemplateLength {
+		return nil, fmt.Errorf("is %d bytes long, over the %d-byte cap of a template", len(src), MaxTemplateLength)
+	}
+	t, err := template.New("").Option("missingkey=error").Funcs(templateFuncs).Parse(src)
 	if err != nil {
+		return nil, err
+	}
+	if len(t.Templates()) > 1 {
+		return nil, errors.New("template calls are not allowed: define, block and template are not part of the language")
+	}
+	if err := checkTemplate(t.Root, params); err != nil {
 		return nil, err
 	}
 	if parts, ok := simpleParts(t.Root, params); ok {
 		return &stringTemplate{parts: parts}, nil
-	}
-	if err := checkParameterRefs(t.Root, params); err != nil {
-		return nil, err
 	}
 	// A trial run catches references to fields that do not exist.
 	data := templateData{Parameters: make(map[string]string, len(params))}
 	for p := range params {
 		data.Parameters[p] = ""
 	}
-	if err := t.Execute(&bytes.Buffer{}, data); err != nil {
+	if err := t.Execute(&valueWriter{limit: MaxValueLength}, data); err != nil {
 		return nil, err
 	}
 	return &stringTemplate{fallback: t}, nil
@@ -114,73 +168,329 @@ func simpleParts(root *parse.ListNode, params map[string]bool) ([]templatePart, 
 	return parts, true
 }
 
-// checkParameterRefs reports .Parameters.<name> references to undeclared parameters.
-func checkParameterRefs(node parse.Node, params map[string]bool) error {
-	var err error
-	var walk func(parse.Node)
-	walk = func(n parse.Node) {
-		if err != nil || n == nil {
-			return
+// checkTemplate holds a template to the language: text, actions, if and
+// with (and their else), fields of .Parameters and .Pod, constants, and
+// the functions of templateFuncs and builtinFuncs, with printf's format a
+// constant of bounded widths. No range, no variables, no template calls:
+// without loops, rendering takes steps in proportion to the template, and
+// the functions bound each value.
+func checkTemplate(root *parse.ListNode, params map[string]bool) error {
+	c := templateChecker{params: params}
+	c.list(root, 0)
+	if c.err == nil && c.nodes > MaxTemplateNodes {
+		c.err = fmt.Errorf("has %d nodes (actions, arguments and text), over the cap of %d", c.nodes, MaxTemplateNodes)
+	}
+	return c.err
+}
+
+type templateChecker struct {
+	params map[string]bool
+	nodes  int
+	err    error
+}
+
+func (c *templateChecker) fail(format string, args ...any) {
+	if c.err == nil {
+		c.err = fmt.Errorf(format, args...)
+	}
+}
+
+func (c *templateChecker) deeper(depth int) bool {
+	if depth > MaxTemplateDepth {
+		c.fail("is nested deeper than %d levels of if, with and parentheses", MaxTemplateDepth)
+		return false
+	}
+	return true
+}
+
+func (c *templateChecker) list(l *parse.ListNode, depth int) {
+	if l == nil {
+		return
+	}
+	for _, n := range l.Nodes {
+		c.node(n, depth)
+	}
+}
+
+func (c *templateChecker) node(n parse.Node, depth int) {
+	c.nodes++
+	switch n := n.(type) {
+	case *parse.TextNode, *parse.CommentNode:
+	case *parse.ActionNode:
+		c.pipe(n.Pipe, depth)
+	case *parse.IfNode:
+		c.branch(&n.BranchNode, depth)
+	case *parse.WithNode:
+		c.branch(&n.BranchNode, depth)
+	case *parse.RangeNode:
+		c.fail("range is not allowed: the language has no loops")
+	case *parse.TemplateNode:
+		c.fail("template calls are not allowed: define, block and template are not part of the language")
+	default:
+		c.fail("%s is not allowed", n)
+	}
+}
+
+func (c *templateChecker) branch(b *parse.BranchNode, depth int) {
+	if !c.deeper(depth + 1) {
+		return
+	}
+	c.pipe(b.Pipe, depth+1)
+	c.list(b.List, depth+1)
+	c.list(b.ElseList, depth+1)
+}
+
+func (c *templateChecker) pipe(p *parse.PipeNode, depth int) {
+	if len(p.Decl) > 0 {
+		c.fail("variables are not allowed (%s)", p.Decl[0])
+		return
+	}
+	for _, cmd := range p.Cmds {
+		c.nodes++
+		if id, ok := cmd.Args[0].(*parse.IdentifierNode); ok {
+			c.function(id.Ident)
+			if id.Ident == "printf" {
+				// In a pipeline, the value piped in is printf's last argument.
+				if len(cmd.Args) < 2 {
+					c.fail("printf's format must be a quoted constant, its first argument")
+				} else if s, ok := cmd.Args[1].(*parse.StringNode); !ok {
+					c.fail("printf's format must be a quoted constant, its first argument")
+				} else if err := checkFormat(s.Text); err != nil {
+					c.fail("printf format %s: %v", s.Quoted, err)
+				}
+			}
+			for _, a := range cmd.Args[1:] {
+				c.arg(a, depth)
+			}
+			continue
 		}
-		switch n := n.(type) {
-		case *parse.ListNode:
-			if n == nil {
-				return
-			}
-			for _, c := range n.Nodes {
-				walk(c)
-			}
-		case *parse.ActionNode:
-			walk(n.Pipe)
-		case *parse.PipeNode:
-			if n == nil {
-				return
-			}
-			for _, c := range n.Cmds {
-				walk(c)
-			}
-		case *parse.CommandNode:
-			for _, a := range n.Args {
-				walk(a)
-			}
-		case *parse.FieldNode:
-			if len(n.Ident) >= 2 && n.Ident[0] == "Parameters" && !params[n.Ident[1]] {
-				err = fmt.Errorf("refers to undefined parameter %q", n.Ident[1])
-			}
-		case *parse.IfNode:
-			walk(n.Pipe)
-			walk(n.List)
-			walk(n.ElseList)
-		case *parse.RangeNode:
-			walk(n.Pipe)
-			walk(n.List)
-			walk(n.ElseList)
-		case *parse.WithNode:
-			walk(n.Pipe)
-			walk(n.List)
-			walk(n.ElseList)
+		for _, a := range cmd.Args {
+			c.arg(a, depth)
 		}
 	}
-	walk(node)
-	return err
+}
+
+func (c *templateChecker) function(name string) {
+	if _, ok := templateFuncs[name]; !ok && !builtinFuncs[name] {
+		c.fail("function %q is not allowed; the language has %s", name, funcList)
+	}
+}
+
+func (c *templateChecker) arg(n parse.Node, depth int) {
+	c.nodes++
+	switch n := n.(type) {
+	case *parse.FieldNode:
+		c.field(n.Ident)
+	case *parse.VariableNode:
+		if n.Ident[0] != "$" {
+			c.fail("variables are not allowed: %s", n)
+			return
+		}
+		c.field(n.Ident[1:])
+	case *parse.IdentifierNode:
+		c.function(n.Ident)
+	case *parse.PipeNode:
+		if c.deeper(depth + 1) {
+			c.pipe(n, depth+1)
+		}
+	case *parse.DotNode, *parse.StringNode, *parse.NumberNode, *parse.BoolNode:
+	default:
+		c.fail("%s is not allowed", n)
+	}
+}
+
+// field checks a reference from the root: .Parameters.<declared>,
+// .Pod.<field> or .Pod.Labels.<key>. Inside with, "." is a string: its
+// fields fail the trial run.
+func (c *templateChecker) field(ident []string) {
+	if len(ident) == 0 {
+		return
+	}
+	switch ident[0] {
+	case "Parameters":
+		if len(ident) >= 2 && !c.params[ident[1]] {
+			c.fail("refers to undefined parameter %q", ident[1])
+		}
+	case "Pod":
+		if len(ident) >= 2 {
+			if _, ok := podFields[ident[1]]; !ok && !podMaps[ident[1]] {
+				c.fail("can't evaluate field %s: .Pod has Name, GenerateName, Namespace, Labels and Annotations", ident[1])
+			}
+		}
+	}
+}
+
+const funcList = "and, or, not, eq, ne, lt, le, gt, ge, len, index, print, printf, default, lower, upper, trim, trimPrefix, trimSuffix"
+
+// checkFormat allows printf verbs with flags, and widths and precisions up
+// to maxFormatNumber given as digits: no '*' and no argument indexes.
+func checkFormat(format string) error {
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' {
+			continue
+		}
+		i++
+		for i < len(format) && strings.IndexByte("+-# 0", format[i]) >= 0 {
+			i++
+		}
+		for _, what := range []string{"width", "precision"} {
+			if what == "precision" {
+				if i >= len(format) || format[i] != '.' {
+					break
+				}
+				i++
+			}
+			start := i
+			for i < len(format) && format[i] >= '0' && format[i] <= '9' {
+				i++
+			}
+			if i-start > 9 {
+				return fmt.Errorf("a %s of %d digits is over %d", what, i-start, maxFormatNumber)
+			}
+			if n := atoi(format[start:i]); n > maxFormatNumber {
+				return fmt.Errorf("%s %d is over %d", what, n, maxFormatNumber)
+			}
+		}
+		if i >= len(format) {
+			return errors.New("ends inside a verb")
+		}
+		switch format[i] {
+		case '*':
+			return errors.New("'*' widths and precisions are not allowed")
+		case '[':
+			return errors.New("argument indexes are not allowed")
+		}
+	}
+	return nil
+}
+
+func atoi(digits string) int {
+	n := 0
+	for _, d := range digits {
+		n = n*10 + int(d-'0')
+	}
+	return n
+}
+
+func bounded(s string) (string, error) {
+	if len(s) > MaxValueLength {
+		return "", fmt.Errorf("a function's result is %d bytes or more, over the %d-byte cap of a value", len(s), MaxValueLength)
+	}
+	return s, nil
+}
+
+// boundedPrintf formats into a writer that stops at MaxValueLength. Each
+// argument is itself bounded, and widths by checkFormat (checked again
+// here, since a format is also a value).
+func boundedPrintf(format string, args ...any) (string, error) {
+	if err := checkFormat(format); err != nil {
+		return "", fmt.Errorf("printf format %q: %w", format, err)
+	}
+	w := valueWriter{limit: MaxValueLength}
+	if _, err := fmt.Fprintf(&w, format, args...); err != nil {
+		return "", err
+	}
+	return w.b.String(), nil
+}
+
+func boundedPrint(args ...any) (string, error) {
+	w := valueWriter{limit: MaxValueLength}
+	if _, err := fmt.Fprint(&w, args...); err != nil {
+		return "", err
+	}
+	return w.b.String(), nil
+}
+
+// defaultValue is v, or def when v is empty: {{ .Parameters.x | default "y" }}.
+func defaultValue(def, v string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// capError is what rendering returns past a cap.
+type capError struct{ limit int }
+
+func (e capError) Error() string {
+	return fmt.Sprintf("renders more than the %d-byte cap", e.limit)
+}
+
+// valueWriter collects one value, failing the write that would pass limit
+// or the render's deadline, so text/template stops there.
+type valueWriter struct {
+	b     strings.Builder
+	limit int
+	ctx   context.Context
+}
+
+func (w *valueWriter) Write(p []byte) (int, error) {
+	if w.b.Len()+len(p) > w.limit {
+		return 0, capError{w.limit}
+	}
+	if w.ctx != nil {
+		if err := w.ctx.Err(); err != nil {
+			return 0, fmt.Errorf("rendering stopped at the request's deadline: %w", err)
+		}
+	}
+	return w.b.Write(p)
+}
+
+// renderBudget is what one pass over a pod's Sidecars may still render,
+// and until when.
+type renderBudget struct {
+	left int
+	ctx  context.Context
+}
+
+func newRenderBudget(ctx context.Context) renderBudget {
+	return renderBudget{left: MaxRenderedBytes, ctx: ctx}
+}
+
+func (b *renderBudget) refill() { b.left = MaxRenderedBytes }
+
+// take charges n bytes of rendered value.
+func (b *renderBudget) take(n int) error {
+	if n > MaxValueLength {
+		return capError{MaxValueLength}
+	}
+	if n > b.left {
+		return fmt.Errorf("with the Sidecars' other values, %w of a pod's rendered templates", capError{MaxRenderedBytes})
+	}
+	b.left -= n
+	return nil
 }
 
 // appendQuoted renders the template and appends it to dst as a JSON string.
 func (t *stringTemplate) appendQuoted(dst []byte, data *renderData) ([]byte, error) {
 	if t.fallback != nil {
-		var b strings.Builder
-		if err := t.fallback.Execute(&b, data.full()); err != nil {
+		w := valueWriter{limit: min(MaxValueLength, data.budget.left), ctx: data.budget.ctx}
+		if err := t.fallback.Execute(&w, data.full()); err != nil {
+			var capped capError
+			if errors.As(err, &capped) && capped.limit < MaxValueLength {
+				return dst, fmt.Errorf("with the Sidecars' other values, %w of a pod's rendered templates", capError{MaxRenderedBytes})
+			}
 			return dst, err
 		}
-		return jsontext.AppendQuote(dst, b.String())
+		if err := data.budget.take(w.b.Len()); err != nil {
+			return dst, err
+		}
+		return jsontext.AppendQuote(dst, w.b.String())
 	}
 	if len(t.parts) == 1 {
-		return jsontext.AppendQuote(dst, data.part(&t.parts[0]))
+		s := data.part(&t.parts[0])
+		if err := data.budget.take(len(s)); err != nil {
+			return dst, err
+		}
+		return jsontext.AppendQuote(dst, s)
 	}
 	var buf [128]byte
 	s := buf[:0]
 	for i := range t.parts {
 		s = append(s, data.part(&t.parts[i])...)
+	}
+	if err := data.budget.take(len(s)); err != nil {
+		return dst, err
 	}
 	return jsontext.AppendQuote(dst, s)
 }
@@ -192,6 +502,7 @@ type renderData struct {
 	index  map[string]int
 	pod    *PodView
 	ns     string
+	budget *renderBudget // shared by the pod's Sidecars
 }
 
 func (d *renderData) part(p *templatePart) string {
@@ -227,6 +538,7 @@ func (d *renderData) full() templateData {
 type jsonTemplate struct {
 	static [][]byte
 	holes  []*stringTemplate
+	paths  []string // each hole's JSON pointer, for errors
 }
 
 // compileJSONTemplate marshals v and turns each string value holding "{{"
@@ -265,14 +577,28 @@ func compileJSONTemplate(v any, path string, params map[string]bool) (*jsonTempl
 		}
 		tmpl, err := compileStringTemplate(string(s), params)
 		if err != nil {
-			return nil, fmt.Errorf("%s%s: template %q: %w", path, dec.StackPointer(), s, err)
+			return nil, fmt.Errorf("%s%s: template %q: %w", path, dec.StackPointer(), abbreviate(string(s)), err)
 		}
 		jt.static = append(jt.static, raw[last:start])
 		jt.holes = append(jt.holes, tmpl)
+		jt.paths = append(jt.paths, string(dec.StackPointer()))
 		last = end
 	}
 	jt.static = append(jt.static, raw[last:])
 	return jt, nil
+}
+
+// abbreviate shortens a template quoted in an error.
+func abbreviate(src string) string {
+	const most = 160
+	if len(src) <= most {
+		return src
+	}
+	cut := most
+	for cut > 0 && !utf8.RuneStart(src[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", src[:cut], len(src))
 }
 
 func (jt *jsonTemplate) appendTo(dst []byte, data *renderData) ([]byte, error) {
@@ -280,7 +606,7 @@ func (jt *jsonTemplate) appendTo(dst []byte, data *renderData) ([]byte, error) {
 	for i, h := range jt.holes {
 		var err error
 		if dst, err = h.appendQuoted(dst, data); err != nil {
-			return dst, err
+			return dst, fmt.Errorf("%s: %w", jt.paths[i], err)
 		}
 		dst = append(dst, jt.static[i+1]...)
 	}

@@ -1,8 +1,10 @@
 package webhook
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 
@@ -112,8 +114,22 @@ func (l *limiter) wrap(h reviewHandler) http.Handler {
 			return
 		}
 		defer held.release()
-		h(w, r, in)
+		ctx, cancel := context.WithTimeout(r.Context(), reviewTimeout(r))
+		defer cancel()
+		h(w, r.WithContext(ctx), in)
 	})
+}
+
+// reviewTimeout is how long a review may take: the apiserver's timeout for
+// the webhook (it sends ?timeout=10s), and, from a caller that names none or
+// more than the apiserver allows, the apiserver's default.
+func reviewTimeout(r *http.Request) time.Duration {
+	const apiserverDefault, apiserverMost = 10 * time.Second, 30 * time.Second
+	d, err := time.ParseDuration(r.URL.Query().Get("timeout"))
+	if err != nil || d <= 0 || d > apiserverMost {
+		return apiserverDefault
+	}
+	return d
 }
 
 // What decoding a review into Go values holds, from its body: about its

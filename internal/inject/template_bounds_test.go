@@ -1,0 +1,155 @@
+package inject
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+// TestTemplateConstructsOutsideTheLanguageAreRefused: each construct that
+// can loop, call out or format without bound is refused when the Sidecar is
+// compiled, naming the field and the construct, and fast: the trial run
+// never executes it.
+func TestTemplateConstructsOutsideTheLanguageAreRefused(t *testing.T) {
+	cases := map[string]struct{ src, want string }{
+		"range over a number":            {`{{range 1000000000000}}{{end}}`, "range is not allowed"},
+		"range over a map":               {`{{range .Pod.Labels}}x{{end}}`, "range is not allowed"},
+		"printf width":                   {`{{printf "%01000000d" 0}}`, "width 1000000 is over 64"},
+		"printf precision":               {`{{printf "%.99999f" 1.0}}`, "precision 99999 is over 64"},
+		"printf star width":              {`{{printf "%*d" 1000000 0}}`, "'*'"},
+		"printf argument indexes":        {`{{printf "%[1]s%[1]s" "a"}}`, "argument indexes"},
+		"printf format from a parameter": {`{{printf .Parameters.p "a"}}`, "printf's format must be a quoted constant"},
+		"printf format from a pipeline":  {`{{"%0999999d" | printf}}`, "printf's format must be a quoted constant"},
+		"variables":                      {`{{$x := .Parameters.p}}{{$x}}`, "variables are not allowed"},
+		"template calls":                 {`{{define "a"}}x{{end}}{{template "a"}}`, "template calls are not allowed"},
+		"unknown function":               {`{{js .Parameters.p}}`, `function "js" is not allowed`},
+		"call":                           {`{{call .Parameters.p}}`, `function "call" is not allowed`},
+		"nesting":                        {strings.Repeat("{{with .Parameters.p}}", MaxTemplateDepth+1) + strings.Repeat("{{end}}", MaxTemplateDepth+1), "nested deeper than"},
+		"parenthesized nesting":          {"{{" + strings.Repeat("(print ", MaxTemplateDepth+1) + ".Parameters.p" + strings.Repeat(")", MaxTemplateDepth+1) + "}}", "nested deeper than"},
+		"too many nodes":                 {strings.Repeat("{{.Parameters.p}}-", MaxTemplateNodes+1), "nodes"},
+		"too long":                       {"{{.Parameters.p}}" + strings.Repeat("x", MaxTemplateLength), "bytes long"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			sc := sidecar("a", func(s *v1alpha1.SidecarSpec) {
+				s.Parameters = []v1alpha1.Parameter{{Name: "p", Annotation: "a/p"}}
+				s.Containers[0].Image = tc.src
+			})
+			start := time.Now()
+			_, err := New([]v1alpha1.Sidecar{sc})
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("compiling took %s", took)
+			}
+			if err == nil || !strings.Contains(err.Error(), "spec.containers[0]/image") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one naming spec.containers[0]/image and %q", err, tc.want)
+			}
+			if testing.Verbose() {
+				t.Log(err)
+			}
+		})
+	}
+}
+
+// TestTemplateLanguageRenders: what the language allows renders as
+// text/template would.
+func TestTemplateLanguageRenders(t *testing.T) {
+	cases := []struct{ src, want string }{
+		{`{{ .Parameters.p }}`, "v"},
+		{`{{ if .Parameters.p }}on{{ else }}off{{ end }}`, "on"},
+		{`{{ with .Parameters.q }}{{ . }}{{ else }}none{{ end }}`, "none"},
+		{`{{ .Parameters.q | default "d" }}`, "d"},
+		{`{{ printf "%s-%5.2f-%q" .Parameters.p 1.5 .Pod.Namespace }}`, `v- 1.50-"ns"`},
+		{`{{ index .Pod.Labels "app" | upper }}`, "WEB"},
+		{`{{ if eq .Parameters.p "v" }}{{ trimPrefix "x-" "x-y" }}{{ end }}`, "y"},
+		{`{{ if and (ne .Parameters.p "") (not .Parameters.q) }}{{ len .Parameters.p }}{{ end }}`, "1"},
+		{`{{ .Parameters.p | lower | trim }}{{/* a comment */}}`, "v"},
+		{`{{ with $.Pod.Namespace }}{{ $.Parameters.p }}/{{ . }}{{ end }}`, "v/ns"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.src, func(t *testing.T) {
+			sc := sidecar("a", func(s *v1alpha1.SidecarSpec) {
+				s.Parameters = []v1alpha1.Parameter{{Name: "p", Annotation: "a/p"}, {Name: "q", Annotation: "a/q", Default: new("")}}
+				s.Containers[0].Env = []corev1.EnvVar{{Name: "V", Value: tc.src}}
+				byLabel("app", "web")(s)
+			})
+			e := mustEngine(t, sc)
+			_, mutated := checkBothPaths(t, e, pod(map[string]any{"labels": map[string]any{"app": "web"}, "annotations": map[string]any{"a/p": "v"}}, nil), "ns")
+			p, _ := decodePod(mutated)
+			if got := p.Spec.Containers[1].Env[0].Value; got != tc.want {
+				t.Fatalf("rendered %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRenderingIsBoundedWhateverTheParameters: a template that is cheap
+// with the trial run's empty parameters multiplies a long value. Rendering
+// stops at the caps, the pod is denied naming the Sidecar, the field and
+// the cap, and a parameter over its own cap is denied naming the annotation.
+func TestRenderingIsBoundedWhateverTheParameters(t *testing.T) {
+	// Each level multiplies by 8: 8^6 copies of a 4 KiB value would be 1 GiB.
+	bomb := "{{with .Parameters.boom}}" + strings.Repeat(`{{with printf "%s%s%s%s%s%s%s%s" . . . . . . . .}}`, 5) + "{{.}}" +
+		strings.Repeat("{{end}}", 6)
+	manyHoles := func(s *v1alpha1.SidecarSpec) {
+		for i := range 40 {
+			s.Containers[0].Env = append(s.Containers[0].Env, corev1.EnvVar{Name: "E" + strings.Repeat("x", i),
+				Value: `{{printf "%s%s%s%s" .Parameters.boom .Parameters.boom .Parameters.boom .Parameters.boom}}`})
+		}
+	}
+	cases := map[string]struct {
+		change func(*v1alpha1.SidecarSpec)
+		value  string
+		want   []string
+	}{
+		"one value multiplied": {func(s *v1alpha1.SidecarSpec) { s.Containers[0].Image = bomb }, strings.Repeat("x", 1024),
+			[]string{`sidecar "a"`, `container "a"`, "image", "16384-byte cap"}},
+		"many values": {manyHoles, strings.Repeat("x", 4000),
+			[]string{`sidecar "a"`, `container "a"`, "262144-byte cap"}},
+		"a long parameter": {func(s *v1alpha1.SidecarSpec) { s.Containers[0].Image = "{{.Parameters.boom}}" }, strings.Repeat("x", MaxParameterValueLength+1),
+			[]string{`sidecar "a"`, `annotation "a/boom"`, "4096-byte cap"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := mustEngine(t, sidecar("a", func(s *v1alpha1.SidecarSpec) {
+				s.Parameters = []v1alpha1.Parameter{{Name: "boom", Annotation: "a/boom", Default: new("")}}
+				byLabel("app", "web")(s)
+				tc.change(s)
+			}))
+			start := time.Now()
+			res, _ := checkBothPaths(t, e, pod(map[string]any{"labels": map[string]any{"app": "web"}, "annotations": map[string]any{"a/boom": tc.value}}, nil), "ns")
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("rendering took %s", took)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(res.Denial, want) {
+					t.Errorf("denial %q does not name %q", res.Denial, want)
+				}
+			}
+		})
+	}
+}
+
+// TestExplainShowsTheCapsAndTheRenderDenial: explain renders too, so a pod
+// whose templates pass a cap is shown denied, with the caps in force.
+func TestExplainShowsTheCapsAndTheRenderDenial(t *testing.T) {
+	e := mustEngine(t, sidecar("a", func(s *v1alpha1.SidecarSpec) {
+		s.Parameters = []v1alpha1.Parameter{{Name: "boom", Annotation: "a/boom"}}
+		s.Containers[0].Image = `{{printf "%s%s%s%s%s" .Parameters.boom .Parameters.boom .Parameters.boom .Parameters.boom .Parameters.boom}}`
+		byLabel("app", "web")(s)
+	}))
+	p, err := decodePod(pod(map[string]any{"labels": map[string]any{"app": "web"}, "annotations": map[string]any{"a/boom": strings.Repeat("x", 4000)}}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := e.Explain(p, "ns", DefaultNamespaceLabels)[0]
+	if x.Verdict != VerdictDenied || !strings.Contains(strings.Join(x.Reasons, "\n"), "16384-byte cap") {
+		t.Fatalf("verdict %s, reasons %q", x.Verdict, x.Reasons)
+	}
+	if x.TemplateLimits == nil || *x.TemplateLimits != (TemplateLimits{Value: MaxValueLength, Pod: MaxRenderedBytes, Parameter: MaxParameterValueLength}) {
+		t.Fatalf("template limits %+v", x.TemplateLimits)
+	}
+}
