@@ -178,6 +178,12 @@ func amplifiedReview(path, open, item string, size int) []byte {
 // examples, with the memory settings a user gets, and waits until it answers.
 func startServe(t *testing.T) (addr string, tlsConfig *tls.Config, client *http.Client, serve *exec.Cmd) {
 	t.Helper()
+	return startServeWith(t, filepath.Join("..", "..", "examples"))
+}
+
+// startServeWith is startServe with the Sidecars of a file or directory.
+func startServeWith(t *testing.T, sidecars string) (addr string, tlsConfig *tls.Config, client *http.Client, serve *exec.Cmd) {
+	t.Helper()
 	dir := t.TempDir()
 	bin := buildOperator(t, dir)
 	ca, err := certs.NewCA("limits test CA", time.Hour)
@@ -198,7 +204,7 @@ func startServe(t *testing.T) (addr string, tlsConfig *tls.Config, client *http.
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve = exec.Command(bin, "serve", "--addr", addr, "--sidecars", filepath.Join("..", "..", "examples"),
+	serve = exec.Command(bin, "serve", "--addr", addr, "--sidecars", sidecars,
 		"--tls-cert-file", certFile, "--tls-private-key-file", keyFile)
 	serve.Env = append(os.Environ(), "GOMEMLIMIT=off", "GOGC=100") // the defaults a user gets
 	if testing.Verbose() {
