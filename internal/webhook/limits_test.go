@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // stalledBody blocks on its first read until released, as a client that
@@ -102,6 +103,21 @@ func TestLimitsValidate(t *testing.T) {
 	for _, l := range []Limits{{}, {MaxInFlight: 1, MaxBufferedBytes: 32 << 20}} {
 		if err := l.Validate(); err != nil {
 			t.Errorf("%+v: %v", l, err)
+		}
+	}
+}
+
+// TestReviewTimeoutIsTheApiserversAtMost: a review runs until the
+// apiserver's timeout for the webhook, and a caller that names none, or
+// more than the apiserver allows, gets the apiserver's default.
+func TestReviewTimeoutIsTheApiserversAtMost(t *testing.T) {
+	for query, want := range map[string]time.Duration{
+		"?timeout=3s": 3 * time.Second, "": 10 * time.Second, "?timeout=1h": 10 * time.Second,
+		"?timeout=-1s": 10 * time.Second, "?timeout=x": 10 * time.Second,
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/mutate-pods"+query, nil)
+		if got := reviewTimeout(r); got != want {
+			t.Errorf("%q: %s, want %s", query, got, want)
 		}
 	}
 }
