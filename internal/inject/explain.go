@@ -90,7 +90,7 @@ func (e *Engine) Explain(pod *corev1.Pod, namespace string, nsLabels NamespaceLa
 	for i := range t.list {
 		t.byName[t.list[i].Sidecar] = &t.list[i]
 	}
-	p := &plan{trace: t, budget: newRenderBudget(nil)}
+	p := &plan{trace: t, budget: newRenderBudget()}
 	p.selected = p.selectedBuf[:0]
 	e.fill(p, viewOfPod(pod), namespace, nsLabels, podVolume(pod))
 	if len(p.denials) == 0 {

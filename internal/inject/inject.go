@@ -1,10 +1,10 @@
 package inject
 
 import (
-	"context"
 	encjson "encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -37,7 +37,7 @@ func (e *Engine) InjectJSON(raw []byte, namespace string, nsLabels NamespaceLabe
 	if err := DecodePodView(raw, &view); err != nil {
 		return nil, fmt.Errorf("decoding pod: %w", err)
 	}
-	return e.InjectView(context.Background(), &view, namespace, nsLabels, PodVolumesFromJSON(raw), signer, buf)
+	return e.InjectView(time.Time{}, &view, namespace, nsLabels, PodVolumesFromJSON(raw), signer, buf)
 }
 
 // PodVolumesFromJSON decodes the volumes of the pod JSON raw in full, only
@@ -59,8 +59,9 @@ func PodVolumesFromJSON(raw []byte) PodVolumesFunc {
 type PodVolumesFunc func() ([]corev1.Volume, error)
 
 // InjectView is InjectJSON for a caller that decoded the PodView itself, for
-// example as part of an AdmissionReview. Rendering stops when ctx is done.
-func (e *Engine) InjectView(ctx context.Context, view *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolumes PodVolumesFunc,
+// example as part of an AdmissionReview. Rendering stops at deadline,
+// unless it is zero.
+func (e *Engine) InjectView(deadline time.Time, view *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolumes PodVolumesFunc,
 	signer Signer, buf []byte) (*Result, error) {
 	p := e.planFor(view, namespace, nsLabels, func(name string) (*corev1.Volume, error) {
 		volumes, err := podVolumes()
@@ -74,7 +75,7 @@ func (e *Engine) InjectView(ctx context.Context, view *PodView, namespace string
 		}
 		return nil, nil
 	})
-	p.budget.ctx = ctx
+	p.budget.deadline = deadline
 	return p.result(buf, signer)
 }
 

@@ -2,13 +2,13 @@ package inject
 
 import (
 	"bytes"
-	"context"
 	encjson "encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"text/template"
 	"text/template/parse"
+	"time"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -419,19 +419,17 @@ func (e capError) Error() string {
 // valueWriter collects one value, failing the write that would pass limit
 // or the render's deadline, so text/template stops there.
 type valueWriter struct {
-	b     strings.Builder
-	limit int
-	ctx   context.Context
+	b        strings.Builder
+	limit    int
+	deadline time.Time // zero: none
 }
 
 func (w *valueWriter) Write(p []byte) (int, error) {
 	if w.b.Len()+len(p) > w.limit {
 		return 0, capError{w.limit}
 	}
-	if w.ctx != nil {
-		if err := w.ctx.Err(); err != nil {
-			return 0, fmt.Errorf("rendering stopped at the request's deadline: %w", err)
-		}
+	if !w.deadline.IsZero() && time.Now().After(w.deadline) {
+		return 0, errors.New("rendering stopped at the review's deadline")
 	}
 	return w.b.Write(p)
 }
@@ -439,12 +437,12 @@ func (w *valueWriter) Write(p []byte) (int, error) {
 // renderBudget is what one pass over a pod's Sidecars may still render,
 // and until when.
 type renderBudget struct {
-	left int
-	ctx  context.Context
+	left     int
+	deadline time.Time // zero: none
 }
 
-func newRenderBudget(ctx context.Context) renderBudget {
-	return renderBudget{left: MaxRenderedBytes, ctx: ctx}
+func newRenderBudget() renderBudget {
+	return renderBudget{left: MaxRenderedBytes}
 }
 
 func (b *renderBudget) refill() { b.left = MaxRenderedBytes }
@@ -464,7 +462,7 @@ func (b *renderBudget) take(n int) error {
 // appendQuoted renders the template and appends it to dst as a JSON string.
 func (t *stringTemplate) appendQuoted(dst []byte, data *renderData) ([]byte, error) {
 	if t.fallback != nil {
-		w := valueWriter{limit: min(MaxValueLength, data.budget.left), ctx: data.budget.ctx}
+		w := valueWriter{limit: min(MaxValueLength, data.budget.left), deadline: data.budget.deadline}
 		if err := t.fallback.Execute(&w, data.full()); err != nil {
 			var capped capError
 			if errors.As(err, &capped) && capped.limit < MaxValueLength {

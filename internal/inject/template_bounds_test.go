@@ -153,3 +153,24 @@ func TestExplainShowsTheCapsAndTheRenderDenial(t *testing.T) {
 		t.Fatalf("template limits %+v", x.TemplateLimits)
 	}
 }
+
+// TestRenderingStopsAtTheDeadline: a review past its deadline renders no
+// further.
+func TestRenderingStopsAtTheDeadline(t *testing.T) {
+	e := mustEngine(t, sidecar("a", func(s *v1alpha1.SidecarSpec) {
+		s.Containers[0].Image = `{{ if .Pod.Namespace }}{{ .Pod.Namespace }}{{ end }}`
+		byLabel("app", "web")(s)
+	}))
+	raw := pod(map[string]any{"labels": map[string]any{"app": "web"}}, nil)
+	var view PodView
+	if err := DecodePodView(raw, &view); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.InjectView(time.Now().Add(-time.Second), &view, "ns", DefaultNamespaceLabels, PodVolumesFromJSON(raw), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Denial, "rendering stopped at the review's deadline") {
+		t.Fatalf("denial %q", res.Denial)
+	}
+}

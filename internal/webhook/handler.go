@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -191,7 +192,7 @@ func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte) {
 	req := review.Request
 	resp := response{apiVersion: review.APIVersion, uid: req.UID}
 	if req.Operation == "CREATE" && req.SubResource == "" {
-		res, err := engine.InjectView(r.Context(), &req.Object, req.Namespace, m.NamespaceLabels, inject.PodVolumesFromJSON(req.ObjectJSON), signer, (*out)[:0])
+		res, err := engine.InjectView(time.Now().Add(reviewTimeout(r)), &req.Object, req.Namespace, m.NamespaceLabels, inject.PodVolumesFromJSON(req.ObjectJSON), signer, (*out)[:0])
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
