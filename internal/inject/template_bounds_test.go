@@ -1,8 +1,10 @@
 package inject
 
 import (
+	encjson "encoding/json"
 	"strings"
 	"testing"
+	"text/template"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -173,4 +175,62 @@ func TestRenderingStopsAtTheDeadline(t *testing.T) {
 	if !strings.Contains(res.Denial, "rendering stopped at the review's deadline") {
 		t.Fatalf("denial %q", res.Denial)
 	}
+}
+
+// FuzzTemplateLanguage checks, for any template the language admits and any
+// parameter value, that rendering ends within the caps, and that what it
+// renders is what text/template with its own print and printf renders: the
+// language is a subset, not a dialect.
+func FuzzTemplateLanguage(f *testing.F) {
+	f.Add(`{{ .Parameters.p }}`, "v")
+	f.Add(`{{ if eq .Parameters.p "v" }}{{ printf "%-8s|%5.2f" .Parameters.p 1.5 }}{{ else }}{{ .Pod.Namespace | upper }}{{ end }}`, "v")
+	f.Add(`{{ with .Parameters.p }}{{ with printf "%s%s%s%s" . . . . }}{{ printf "%q" . }}{{ end }}{{ end }}`, strings.Repeat("ab", 2000))
+	f.Add(`{{ index .Pod.Labels "app" | default "none" | trimPrefix "w" }}{{ len .Pod.Annotations }}`, "")
+	f.Add(`{{ and (ne .Parameters.p "") (not (lt 1 2)) | print }}`, "x")
+	params := map[string]bool{"p": true}
+	f.Fuzz(func(t *testing.T, src, value string) {
+		if len(value) > MaxParameterValueLength {
+			t.Skip()
+		}
+		tmpl, err := compileStringTemplate(src, params)
+		if err != nil {
+			t.Skip()
+		}
+		view := &PodView{Metadata: &MetadataView{Name: "web-1", Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a/p": value}}}
+		budget := newRenderBudget()
+		data := renderData{params: []string{value}, index: map[string]int{"p": 0}, pod: view, ns: "ns", budget: &budget}
+		start := time.Now()
+		quoted, err := tmpl.appendQuoted(nil, &data)
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("rendering took %s", took)
+		}
+		if err != nil {
+			return // a cap, or a template that fails at run time, as text/template's can
+		}
+		var got string
+		if err := encjson.Unmarshal(quoted, &got); err != nil {
+			t.Fatalf("rendered %s, not a JSON string: %v", quoted, err)
+		}
+		if len(got) > MaxValueLength {
+			t.Fatalf("rendered %d bytes, over the cap", len(got))
+		}
+		// Every step was under the caps, so the unbounded original is bounded too.
+		funcs := template.FuncMap{}
+		for name, fn := range templateFuncs {
+			if name != "print" && name != "printf" {
+				funcs[name] = fn
+			}
+		}
+		std, err := template.New("").Option("missingkey=error").Funcs(funcs).Parse(src)
+		if err != nil {
+			t.Fatalf("text/template does not parse what the language admits: %v", err)
+		}
+		var want strings.Builder
+		if err := std.Execute(&want, data.full()); err != nil {
+			t.Fatalf("text/template fails where the language renders %q: %v", got, err)
+		}
+		if got != strings.ToValidUTF8(want.String(), "\ufffd") && got != want.String() {
+			t.Fatalf("rendered %q, text/template renders %q", got, want.String())
+		}
+	})
 }
