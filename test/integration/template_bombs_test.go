@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -25,17 +26,17 @@ import (
 // The review's template bombs, as a Sidecar's image: a printf width, a
 // range count, and a value doubled by nested printf (2^24 copies).
 var templateBombs = map[string]string{
-	"printf width":  `{{range 1000}}{{printf "%01000000d" 0}}{{end}}`,
+	"printf width":  `{{printf "%0100000000d" 0}}`,
 	"range count":   `{{range 1000000000000}}{{end}}`,
 	"nested printf": strings.Repeat(`{{with printf "%s%s" . .}}`, 24) + "{{.}}" + strings.Repeat("{{end}}", 24),
 }
 
-// parameterBomb multiplies a parameter by 8 at each of five levels; with
-// the trial run's empty value it costs nothing. The language allows it, and
-// rendering bounds it: a 4 KiB value would become 128 MiB.
-func parameterBomb(param string) string {
-	return "{{with .Parameters." + param + "}}" + strings.Repeat(`{{with printf "%s%s%s%s%s%s%s%s" . . . . . . . .}}`, 5) + "{{.}}" +
-		strings.Repeat("{{end}}", 6)
+// parameterBomb multiplies a parameter by 8 at each level; with the trial
+// run's empty value it costs nothing. The language allows it, and rendering
+// bounds it: at five levels a 4 KiB value would become 128 MiB.
+func parameterBomb(param string, levels int) string {
+	return "{{with .Parameters." + param + "}}" + strings.Repeat(`{{with printf "%s%s%s%s%s%s%s%s" . . . . . . . .}}`, levels) + "{{.}}" +
+		strings.Repeat("{{end}}", levels+1)
 }
 
 // TestForgedTemplateBombsAreBounded sends the bombs as anyone who reaches
@@ -54,7 +55,7 @@ func TestForgedTemplateBombsAreBounded(t *testing.T) {
 		Spec: v1alpha1.SidecarSpec{
 			Activation: &v1alpha1.Activation{Annotation: "bomb/enable"},
 			Parameters: []v1alpha1.Parameter{{Name: "boom", Annotation: "bomb/boom", Default: new("")}},
-			Containers: []corev1.Container{{Name: "bomb", Image: parameterBomb("boom")}},
+			Containers: []corev1.Container{{Name: "bomb", Image: parameterBomb("boom", 5)}},
 		},
 	}
 	raw, err := yaml.Marshal(bomb)
@@ -134,7 +135,7 @@ func TestAuthorTemplateBombsAreRefused(t *testing.T) {
 			},
 		}
 	}
-	wants := map[string]string{"printf width": "width 1000000 is over 64", "range count": "range is not allowed", "nested printf": "nested deeper than 8"}
+	wants := map[string]string{"printf width": "width 100000000 is over 64", "range count": "range is not allowed", "nested printf": "nested deeper than 8"}
 	for name, image := range templateBombs {
 		start := time.Now()
 		err := authorCreate(t, author, scoped("bomb-"+rand.String(6), image))
@@ -145,12 +146,11 @@ func TestAuthorTemplateBombsAreRefused(t *testing.T) {
 	}
 
 	name := "hidden-" + rand.String(6)
-	sc := scoped(name, parameterBomb("boom"), v1alpha1.Parameter{Name: "boom", Annotation: "bomb/boom", Default: new("")})
+	// Four levels: a one-byte value renders 4 KiB, a 4 KiB one 16 MiB.
+	sc := scoped(name, parameterBomb("boom", 4), v1alpha1.Parameter{Name: "boom", Annotation: "bomb/boom", Default: new("")})
 	if err := authorCreate(t, author, sc); err != nil {
 		t.Fatalf("the bomb the language allows was refused: %v", err)
 	}
-	waitServed(t, sc)
-	tenantClient := impersonate(t, user, authenticated...)
 	pod := func(value string) *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: ns, Labels: map[string]string{"app": name},
@@ -158,6 +158,17 @@ func TestAuthorTemplateBombsAreRefused(t *testing.T) {
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 		}
 	}
+	eventually(t, 20*time.Second, func() error {
+		probe := pod("v")
+		if err := k8s.Create(ctx, probe, client.DryRunAll); err != nil {
+			return err
+		}
+		if !injectedWith(probe, name) {
+			return fmt.Errorf("sidecar %s not injected into a selected dry-run pod yet", name)
+		}
+		return nil
+	})
+	tenantClient := impersonate(t, user, authenticated...)
 	start := time.Now()
 	err := tenantClient.Create(ctx, pod(strings.Repeat("x", 4096)))
 	if took := time.Since(start); took > time.Second {
@@ -179,8 +190,8 @@ func TestAuthorTemplateBombsAreRefused(t *testing.T) {
 	if !injectedWith(normal, name) {
 		t.Fatalf("a normal pod was not injected: containers %v", containerNames(normal.Spec.Containers))
 	}
-	if got := normal.Spec.Containers[1].Image; got != "v" {
-		t.Fatalf("rendered image %q, want %q", got, "v")
+	if got := normal.Spec.Containers[1].Image; got != strings.Repeat("v", 4096) {
+		t.Fatalf("rendered image of %d bytes, want 4096 v", len(got))
 	}
 }
 
