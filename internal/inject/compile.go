@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -141,6 +142,11 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 			return
 		}
 		names[ct.Name] = field
+		// Names are what records and the other rules read as written.
+		if err := templatedName(&ct, field); err != nil {
+			errs = append(errs, err)
+			return
+		}
 		jt, err := compileJSONTemplate(&ct, field, declared)
 		if err != nil {
 			errs = append(errs, err)
@@ -171,6 +177,9 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		}
 	}
 
+	if n := len(c.initContainers) + len(c.containers); n > signing.MaxRecordContainers {
+		errs = append(errs, fmt.Errorf("spec: %d containers and init containers, more than the %d a Sidecar may inject", n, signing.MaxRecordContainers))
+	}
 	c.templated = len(spec.Parameters) > 0
 	static := true
 	var statics []signing.Content
@@ -222,6 +231,27 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		return nil, fmt.Errorf("sidecar %q: %w", sc.Name, err)
 	}
 	return c, nil
+}
+
+// templatedName refuses a template in a container's name or in the name
+// of a volume it mounts: the record, the checks for clashing containers and
+// the AppArmor annotation all read names as written.
+func templatedName(ct *corev1.Container, field string) error {
+	isTemplate := func(s string) bool { return strings.Contains(s, "{{") }
+	if isTemplate(ct.Name) {
+		return fmt.Errorf("%s.name: %q: a container's name cannot be a template", field, ct.Name)
+	}
+	for i, m := range ct.VolumeMounts {
+		if isTemplate(m.Name) {
+			return fmt.Errorf("%s.volumeMounts[%d].name: %q: a volume's name cannot be a template", field, i, m.Name)
+		}
+	}
+	for i, d := range ct.VolumeDevices {
+		if isTemplate(d.Name) {
+			return fmt.Errorf("%s.volumeDevices[%d].name: %q: a volume's name cannot be a template", field, i, d.Name)
+		}
+	}
+	return nil
 }
 
 func selectorOrNil(s *metav1.LabelSelector) (labels.Selector, error) {

@@ -290,6 +290,17 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 		return
 	}
 	p.planAppMounts()
+	if size := p.appMountBytes(); size > MaxAppMountBytes {
+		// Each of the pod's containers gets every mount: a pod of thousands
+		// of containers would multiply them into a patch no apiserver takes.
+		for _, s := range p.selected {
+			if len(s.sc.appMounts) > 0 {
+				p.deny(s.sc.name, fmt.Sprintf("sidecar %q: its appVolumeMounts, added to each of the pod's %d containers, come to %d bytes of patch, over the %d-byte cap",
+					s.sc.name, len(pod.Spec.Containers), size, MaxAppMountBytes))
+			}
+		}
+		return
+	}
 	p.planPullSecrets()
 	p.addLabel = pod.Metadata.Labels[v1alpha1.LabelInjected] != "true"
 }
@@ -531,6 +542,20 @@ func (p *plan) planAppMounts() {
 			}
 		}
 	}
+}
+
+// MaxAppMountBytes bounds the patch that mounts Sidecars' appVolumeMounts
+// into a pod's containers: the apiserver takes no request over 3 MiB.
+const MaxAppMountBytes = 3 << 20
+
+// appMountBytes is what writeAppMounts will write, about.
+func (p *plan) appMountBytes() int {
+	const perOp = len(`{"op":"add","path":"/spec/containers/99999/volumeMounts/-","value":},`)
+	n := 0
+	for _, m := range p.appMounts {
+		n += perOp + len(p.mountJSON(m))
+	}
+	return n
 }
 
 func hasMount(mounts []mountView, m corev1.VolumeMount) bool {

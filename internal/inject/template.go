@@ -5,6 +5,7 @@ import (
 	encjson "encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -37,19 +38,30 @@ const (
 	maxFormatNumber = 64
 )
 
-// templateData is what a Sidecar's templates see.
+// templateData is what a Sidecar's templates see. It, the pod and the
+// pod's maps print as a short description: fmt formats a whole value before
+// any writer sees it, and a pod's annotations are the pod creator's.
 type templateData struct {
-	Parameters map[string]string
+	Parameters podMap
 	Pod        templatePod
 }
+
+func (templateData) String() string { return "<template data>" }
 
 type templatePod struct {
 	Name         string
 	GenerateName string
 	Namespace    string
-	Labels       map[string]string
-	Annotations  map[string]string
+	Labels       podMap
+	Annotations  podMap
 }
+
+func (templatePod) String() string { return "<pod>" }
+
+// podMap is read with index or len; printed, it is a description.
+type podMap map[string]string
+
+func (m podMap) String() string { return fmt.Sprintf("<map of %d>", len(m)) }
 
 // stringTemplate renders one templated string. Templates made only of text and
 // plain field references ({{ .Parameters.x }}, {{ .Pod.Namespace }}) are
@@ -92,8 +104,8 @@ var templateFuncs = template.FuncMap{
 	"print":      boundedPrint,
 	"printf":     boundedPrintf,
 	"default":    defaultValue,
-	"lower":      strings.ToLower,
-	"upper":      func(s string) (string, error) { return bounded(strings.ToUpper(s)) },
+	"lower":      func(s string) (string, error) { return mapBounded(strings.ToLower, s) },
+	"upper":      func(s string) (string, error) { return mapBounded(strings.ToUpper, s) },
 	"trim":       strings.TrimSpace,
 	"trimPrefix": func(prefix, s string) string { return strings.TrimPrefix(s, prefix) },
 	"trimSuffix": func(suffix, s string) string { return strings.TrimSuffix(s, suffix) },
@@ -372,19 +384,49 @@ func atoi(digits string) int {
 	return n
 }
 
-func bounded(s string) (string, error) {
+// mapBounded applies f, which may grow s (invalid UTF-8 triples), to s of
+// at most MaxValueLength bytes.
+func mapBounded(f func(string) string, s string) (string, error) {
 	if len(s) > MaxValueLength {
-		return "", fmt.Errorf("a function's result is %d bytes or more, over the %d-byte cap of a value", len(s), MaxValueLength)
+		return "", capError{MaxValueLength}
 	}
-	return s, nil
+	out := f(s)
+	if len(out) > MaxValueLength {
+		return "", capError{MaxValueLength}
+	}
+	return out, nil
 }
 
-// boundedPrintf formats into a writer that stops at MaxValueLength. Each
-// argument is itself bounded, and widths by checkFormat (checked again
+// checkArgs lets print and printf format strings, numbers and booleans
+// whose strings together are within MaxValueLength, before fmt formats
+// them whole in its own buffer: with the widths checkFormat allows, the
+// result is then a small multiple of the cap at most.
+func checkArgs(args []any) error {
+	n := 0
+	for _, a := range args {
+		switch a := a.(type) {
+		case string:
+			n += len(a)
+		case bool, int, int64, uint8, float64, nil:
+		default:
+			return fmt.Errorf("formats strings, numbers and booleans, not %s", reflect.TypeOf(a))
+		}
+	}
+	if n > MaxValueLength {
+		return fmt.Errorf("its arguments are %d bytes, %w", n, capError{MaxValueLength})
+	}
+	return nil
+}
+
+// boundedPrintf formats into a writer that stops at MaxValueLength, with
+// its arguments checked first, and widths by checkFormat (checked again
 // here, since a format is also a value).
 func boundedPrintf(format string, args ...any) (string, error) {
 	if err := checkFormat(format); err != nil {
 		return "", fmt.Errorf("printf format %q: %w", format, err)
+	}
+	if err := checkArgs(args); err != nil {
+		return "", err
 	}
 	w := valueWriter{limit: MaxValueLength}
 	if _, err := fmt.Fprintf(&w, format, args...); err != nil {
@@ -394,6 +436,9 @@ func boundedPrintf(format string, args ...any) (string, error) {
 }
 
 func boundedPrint(args ...any) (string, error) {
+	if err := checkArgs(args); err != nil {
+		return "", err
+	}
 	w := valueWriter{limit: MaxValueLength}
 	if _, err := fmt.Fprint(&w, args...); err != nil {
 		return "", err
@@ -462,6 +507,9 @@ func (b *renderBudget) take(n int) error {
 // appendQuoted renders the template and appends it to dst as a JSON string.
 func (t *stringTemplate) appendQuoted(dst []byte, data *renderData) ([]byte, error) {
 	if t.fallback != nil {
+		if d := data.budget.deadline; !d.IsZero() && time.Now().After(d) {
+			return dst, errors.New("rendering stopped at the review's deadline")
+		}
 		w := valueWriter{limit: min(MaxValueLength, data.budget.left), deadline: data.budget.deadline}
 		if err := t.fallback.Execute(&w, data.full()); err != nil {
 			var capped capError
@@ -482,13 +530,18 @@ func (t *stringTemplate) appendQuoted(dst []byte, data *renderData) ([]byte, err
 		}
 		return jsontext.AppendQuote(dst, s)
 	}
+	n := 0
+	for i := range t.parts {
+		n += len(data.part(&t.parts[i]))
+	}
+	// Charged before joining: the pod's fields are as long as its creator likes.
+	if err := data.budget.take(n); err != nil {
+		return dst, err
+	}
 	var buf [128]byte
 	s := buf[:0]
 	for i := range t.parts {
 		s = append(s, data.part(&t.parts[i])...)
-	}
-	if err := data.budget.take(len(s)); err != nil {
-		return dst, err
 	}
 	return jsontext.AppendQuote(dst, s)
 }

@@ -70,6 +70,8 @@ func TestTemplateLanguageRenders(t *testing.T) {
 		{`{{ if and (ne .Parameters.p "") (not .Parameters.q) }}{{ len .Parameters.p }}{{ end }}`, "1"},
 		{`{{ .Parameters.p | lower | trim }}{{/* a comment */}}`, "v"},
 		{`{{ with $.Pod.Namespace }}{{ $.Parameters.p }}/{{ . }}{{ end }}`, "v/ns"},
+		// Printed whole, the data, the pod and their maps are descriptions.
+		{`{{ .Pod.Labels }} {{ . }} {{ .Pod }}`, "<map of 1> <template data> <pod>"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.src, func(t *testing.T) {

@@ -170,14 +170,29 @@ const Regular = -1 // what slices.IndexFunc returns for none
 func placementOf(pod *corev1.Pod, names []string) (Placement, bool) {
 	out := make(Placement, len(names))
 	for i, name := range names {
-		named := func(c corev1.Container) bool { return c.Name == name }
-		out[i] = slices.IndexFunc(pod.Spec.InitContainers, named)
-		if out[i] < 0 && !slices.ContainsFunc(pod.Spec.Containers, named) {
+		out[i] = Regular
+		if at := containerIndex(pod.Spec.InitContainers, name); at >= 0 {
+			out[i] = at
+		} else if containerIndex(pod.Spec.Containers, name) < 0 {
 			return nil, false
 		}
 	}
 	return out, true
 }
+
+// containerIndex finds a container by name without copying any.
+func containerIndex(list []corev1.Container, name string) int {
+	for i := range list {
+		if list[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// MaxRecordContainers bounds the containers one Sidecar injects, and so
+// those a record may name: looking each up costs a pass over the pod's.
+const MaxRecordContainers = 64
 
 // Sign sets rec.Signature for a pod of namespace running as serviceAccount,
 // injected with the Sidecar of that UID: a Sidecar deleted and made again
@@ -217,6 +232,9 @@ var (
 func (r *Ring) Verify(pod *corev1.Pod, sidecarUID string, rec *v1alpha1.InjectionRecord) error {
 	if rec.Signature == "" {
 		return ErrUnsigned
+	}
+	if len(rec.Containers) > MaxRecordContainers {
+		return fmt.Errorf("%w: it names %d, more than the %d a Sidecar may inject", ErrContainers, len(rec.Containers), MaxRecordContainers)
 	}
 	containers, err := InjectedContainers(pod, rec.Containers)
 	if err != nil {

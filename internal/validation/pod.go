@@ -2,6 +2,7 @@ package validation
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,6 +48,10 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) field.
 		switch {
 		case !known:
 			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("names sidecar %q, which does not exist", r.Name)))
+		case ring != nil && r.Signature != "" && !slices.Equal(r.Containers, containers):
+			// Before Verify: its lookups cost a pass over the pod's containers a name.
+			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("the record of sidecar %q names containers %s; the Sidecar injects %s",
+				r.Name, abbreviate(strings.Join(r.Containers, ",")), strings.Join(containers, ","))))
 		case ring != nil:
 			uid, _ := engine.UID(r.Name)
 			if err := ring.Verify(pod, uid, r); err != nil {

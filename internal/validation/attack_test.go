@@ -1,0 +1,50 @@
+package validation
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
+)
+
+// TestReviewAttackForgedRecordScansBeforeTheSignature: Verify looks up each
+// container a record names (InjectedContainers, then placementOf) before
+// it checks the signature, so a forged record naming ~16k containers (in
+// the 64 KiB status annotation) against a pod of ~20k containers costs
+// names × containers comparisons, for a record that fails the HMAC anyway.
+func TestAttackForgedRecordScansBeforeTheSignature(t *testing.T) {
+	engine, err := inject.New([]v1alpha1.Sidecar{sidecar("log", "fluentd")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := signing.ParseRing(map[string][]byte{"k1700000000": bytes.Repeat([]byte{1}, signing.KeySize)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 15000)
+	for i := range names {
+		names[i] = "a"
+	}
+	rec := v1alpha1.InjectionStatus{Sidecars: []v1alpha1.InjectionRecord{{Name: "log", Containers: names, Signature: "k1700000000.x"}}}
+	status, _ := json.Marshal(rec)
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Annotations: map[string]string{v1alpha1.AnnotationStatus: string(status)}}}
+	for range 20000 {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "b"})
+	}
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "a"})
+	start := time.Now()
+	errs := Pod(p, nil, engine, ring)
+	took := time.Since(start)
+	t.Logf("status annotation %d bytes, %d containers: judged in %s: %.200s", len(status), len(p.Spec.Containers), took, strings.TrimSpace(errs.ToAggregate().Error()))
+	if took > time.Second {
+		t.Errorf("judging one forged record took %s", took)
+	}
+}
