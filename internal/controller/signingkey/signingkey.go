@@ -29,6 +29,7 @@ import (
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
+	"github.com/sidecar-operator/sidecar-operator/internal/secrets"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
@@ -49,7 +50,7 @@ const (
 // replicas are serialized by the apiserver's create and resourceVersion.
 type Keeper struct {
 	client client.Client
-	// live reads the Secret when the cache, which holds only labelled ones, misses.
+	// live reads the Secret: the cache holds Secrets' metadata, no keys.
 	live       client.Reader
 	secret     types.NamespacedName
 	activation time.Duration
@@ -80,7 +81,7 @@ func (k *Keeper) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("signing-key").
-		Watches(&corev1.Secret{}, watch.Constant(k.secret), builder.WithPredicates(isSecret)).
+		Watches(secrets.Meta(), watch.Constant(k.secret), builder.WithPredicates(isSecret)).
 		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 			q.Add(reconcile.Request{NamespacedName: k.secret}) // the first pass creates the Secret
 			return nil
@@ -114,7 +115,7 @@ func (c *Changes) notify(secret types.NamespacedName) {
 
 func (k *Keeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	var s corev1.Secret
-	err := k.client.Get(ctx, k.secret, &s)
+	err := k.live.Get(ctx, k.secret, &s)
 	if apierrors.IsNotFound(err) {
 		return k.createOrAdopt(ctx)
 	}
