@@ -47,6 +47,9 @@ const (
 	DefaultResync = time.Minute
 )
 
+// isCopy is the value of LabelPullSecretCopy on a copy.
+const isCopy = "true"
+
 // fleetKey is the one request: Sidecars may share a source, so the copies
 // are judged together.
 var fleetKey = types.NamespacedName{Name: "pull-secrets"}
@@ -83,7 +86,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.C
 		// Only copies matter; a tenant's Secret labelled as the operator's
 		// costs a label check, not a pass over the fleet.
 		Watches(secrets.Meta(), all, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return o.GetLabels()[v1alpha1.LabelPullSecretCopy] == "true"
+			return o.GetLabels()[v1alpha1.LabelPullSecretCopy] == isCopy
 		}))).
 		WatchesRawSource(keyChanges.Source(all)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
@@ -149,7 +152,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 	}
 	copies := secrets.MetaList()
-	if err := r.Cache.List(ctx, copies, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: "true"}); err != nil {
+	if err := r.Cache.List(ctx, copies, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: isCopy}); err != nil {
 		return ctrl.Result{}, err
 	}
 	for i := range copies.Items {
@@ -180,7 +183,7 @@ func (r *Reconciler) applyCopy(ctx context.Context, key types.NamespacedName, re
 	copyOf := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: key.Name, Namespace: key.Namespace,
-			Labels:      map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: "true"},
+			Labels:      map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: isCopy},
 			Annotations: map[string]string{v1alpha1.AnnotationCopiedFrom: from, v1alpha1.AnnotationCopiedDigest: digest(src)},
 		},
 		Type: src.Type,
