@@ -42,6 +42,9 @@ const (
 	LabelPullSecretCopy = "sidecar-operator.io/pull-secret-copy"
 	// AnnotationCopiedFrom on a copy names its source, namespace/name.
 	AnnotationCopiedFrom = "sidecar-operator.io/copied-from"
+	// AnnotationCopiedDigest on a copy is the SHA-256 of its source's type
+	// and data when copied: the operator caches no Secret's data to compare.
+	AnnotationCopiedDigest = "sidecar-operator.io/copied-digest"
 	// AnnotationRotate on the operator's certificate or signing key Secret
 	// asks for a rotation: "ca", "ca-revoke" (a new CA, and the older ones
 	// dropped once the serving certificate has moved to it) or "leaf" on the

@@ -60,7 +60,7 @@ carries each Sidecar at the current revision, an older one, or missed it.`,
 			}
 			engine, nsLabels := (*inject.Engine)(nil), inject.NamespaceLabelsFunc(inject.DefaultNamespaceLabels)
 			if sidecars != "" {
-				if engine, _, err = loadEngine(sidecars); err != nil {
+				if engine, err = loadEngine(sidecars); err != nil {
 					return err
 				}
 			} else {

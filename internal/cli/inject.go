@@ -21,7 +21,7 @@ CronJobs. Other documents pass through unchanged, in order. Running it on its
 own output changes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			engine, _, err := loadEngine(sidecars)
+			engine, err := loadEngine(sidecars)
 			if err != nil {
 				return err
 			}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"os/signal"
@@ -10,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
@@ -30,7 +28,7 @@ apiserver sets on every namespace.`,
 			if err := limits.Validate(); err != nil {
 				return err
 			}
-			engine, scs, err := loadEngine(sidecars)
+			engine, err := loadEngine(sidecars)
 			if err != nil {
 				return err
 			}
@@ -58,8 +56,6 @@ apiserver sets on every namespace.`,
 				Validator: &webhook.Validator{
 					Engines:         webhook.StaticEngine{E: engine},
 					NamespaceLabels: inject.DefaultNamespaceLabels,
-					// A Sidecar is judged against those loaded from the files.
-					Sidecars: func(context.Context) ([]v1alpha1.Sidecar, error) { return scs, nil },
 				},
 				Mutator: &webhook.Mutator{
 					Engines:         webhook.StaticEngine{E: engine},
@@ -86,14 +82,14 @@ apiserver sets on every namespace.`,
 
 // loadEngine loads Sidecars from files; any Sidecar that does not compile is
 // an error here, since a file is fixed before the command is run again.
-func loadEngine(path string) (*inject.Engine, []v1alpha1.Sidecar, error) {
+func loadEngine(path string) (*inject.Engine, error) {
 	scs, err := sidecarfile.Load(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--sidecars: %w", err)
+		return nil, fmt.Errorf("--sidecars: %w", err)
 	}
 	engine, err := inject.New(scs)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--sidecars %s: %w", path, err)
+		return nil, fmt.Errorf("--sidecars %s: %w", path, err)
 	}
-	return engine, scs, nil
+	return engine, nil
 }

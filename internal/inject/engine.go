@@ -271,6 +271,10 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 			}
 			continue
 		}
+		if prev, name, clash := p.containerClash(sc); clash {
+			p.denyClash(prev, sc.name, name)
+			continue
+		}
 		if err := p.checkConflicts(sc, podVolume); err != nil {
 			p.deny(sc.name, fmt.Sprintf("sidecar %q: %v", sc.name, err))
 			continue
@@ -451,17 +455,42 @@ func (sc *compiledSidecar) containerIn(pod *PodView) (string, bool) {
 	return "", false
 }
 
-// checkConflicts rejects a Sidecar whose names collide with the pod's or with
-// a Sidecar selected before it. A pod volume identical to the Sidecar's is reused.
-func (p *plan) checkConflicts(sc *compiledSidecar, podVolume func(string) (*corev1.Volume, error)) error {
-	for _, prev := range p.selected {
+// containerClash returns a Sidecar selected before sc that adds a container
+// of a name sc adds too, and that name.
+func (p *plan) containerClash(sc *compiledSidecar) (prev, container string, clash bool) {
+	for _, sel := range p.selected {
 		for _, list := range [][]renderedContainer{sc.initContainers, sc.containers} {
 			for _, c := range list {
-				if prev.sc.hasContainerName(c.name) {
-					return fmt.Errorf("container %q is also added by sidecar %q", c.name, prev.sc.name)
+				if sel.sc.hasContainerName(c.name) {
+					return sel.sc.name, c.name, true
 				}
 			}
 		}
+	}
+	return "", "", false
+}
+
+// denyClash denies a pod that two Sidecars select and both add a container
+// named container to. Container names are not reserved across Sidecars,
+// whose authors may differ, so neither wins: both are named, and each is
+// told of the denial.
+func (p *plan) denyClash(first, second, container string) {
+	msg := fmt.Sprintf("sidecars %q and %q both select this pod and both add a container named %q, which a pod can hold once: "+
+		"veto one with annotation %s, or narrow one Sidecar's selection", first, second, container, v1alpha1.AnnotationSkip)
+	p.deny(second, msg)
+	if !slices.Contains(p.denied, first) {
+		p.denied = append(p.denied, first)
+	}
+	if p.trace != nil {
+		p.trace.verdict(first, VerdictDenied, msg)
+	}
+}
+
+// checkConflicts rejects a Sidecar whose volumes or mounts collide with the
+// pod's or with a Sidecar selected before it. A pod volume identical to the
+// Sidecar's is reused.
+func (p *plan) checkConflicts(sc *compiledSidecar, podVolume func(string) (*corev1.Volume, error)) error {
+	for _, prev := range p.selected {
 		for _, v := range sc.volumeNames {
 			if prev.sc.hasVolume(v) {
 				return fmt.Errorf("volume %q is also added by sidecar %q", v, prev.sc.name)

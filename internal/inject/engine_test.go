@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -305,7 +306,7 @@ func TestConflictsAreDenied(t *testing.T) {
 		{
 			name: "two sidecars add the same container",
 			scs:  []v1alpha1.Sidecar{full, twin},
-			want: `sidecar "twin": container "full" is also added by sidecar "full"`,
+			want: `sidecars "full" and "twin" both select this pod and both add a container named "full"`,
 		},
 	}
 	for _, tc := range cases {
@@ -316,6 +317,12 @@ func TestConflictsAreDenied(t *testing.T) {
 			}
 		})
 	}
+	t.Run("two sidecars add the same container: both are told", func(t *testing.T) {
+		res, _ := checkBothPaths(t, mustEngine(t, full, twin), pod(map[string]any{}, nil), "ns")
+		if !slices.Equal(res.Denied, []string{"twin", "full"}) || len(res.Injected) != 0 || res.Patch != nil {
+			t.Fatalf("denied %v, injected %v, patch %s", res.Denied, res.Injected, res.Patch)
+		}
+	})
 	t.Run("forged status annotation", func(t *testing.T) {
 		res, _ := checkBothPaths(t, mustEngine(t, full), pod(map[string]any{"annotations": map[string]any{v1alpha1.AnnotationStatus: "{"}}, nil), "ns")
 		if !strings.Contains(res.Denial, v1alpha1.AnnotationStatus) {

@@ -138,3 +138,32 @@ func agentSidecar() v1alpha1.Sidecar {
 		}
 	})
 }
+
+// Two Sidecars, perhaps of different authors, that both add container
+// "fluentd" to one pod: Explain denies both, naming both and the name.
+func TestExplainContainerClash(t *testing.T) {
+	fluentd := func(name string) v1alpha1.Sidecar {
+		return sidecar(name, func(s *v1alpha1.SidecarSpec) {
+			s.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"logging": "on"}}
+			s.Containers[0].Name = "fluentd"
+		})
+	}
+	e := mustEngine(t, fluentd("platform-logs"), fluentd("team-logs"))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "dev", Labels: map[string]string{"logging": "on"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+	}
+	want := `sidecars "platform-logs" and "team-logs" both select this pod and both add a container named "fluentd"`
+	for _, x := range e.Explain(pod, "dev", DefaultNamespaceLabels) {
+		if x.Verdict != VerdictDenied || !strings.Contains(strings.Join(x.Reasons, "\n"), want) {
+			t.Errorf("%s: verdict %s, reasons %q; want %s saying %q", x.Sidecar, x.Verdict, x.Reasons, VerdictDenied, want)
+		}
+	}
+	res, err := e.Inject(pod, "dev", DefaultNamespaceLabels, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Denial, want) || len(res.Injected) != 0 {
+		t.Errorf("Inject: denial %q, injected %v", res.Denial, res.Injected)
+	}
+}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,6 +25,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
+	"github.com/sidecar-operator/sidecar-operator/internal/secrets"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
@@ -65,13 +65,14 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 		certOpts := opts.Certificates
 		certOpts.Secret, certOpts.Hosts = secret, opts.WebhookHosts
 		certOpts.Labels = map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy}
-		keeper := &certrotation.Keeper{Client: mgr.GetCache(), Secret: secret, Log: log.WithName("certificates")}
+		// The cache holds Secrets' metadata: the keeper reads the certificate live.
+		keeper := &certrotation.Keeper{Client: mgr.GetAPIReader(), Secret: secret, Log: log.WithName("certificates")}
 		isSecret := predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetNamespace() == secret.Namespace && o.GetName() == secret.Name
 		})
 		if err := ctrl.NewControllerManagedBy(mgr).
 			Named("certificate-keeper").
-			Watches(&corev1.Secret{}, watch.Constant(secret), builder.WithPredicates(isSecret)).
+			Watches(secrets.Meta(), watch.Constant(secret), builder.WithPredicates(isSecret)).
 			WithOptions(controller.Options{NeedLeaderElection: new(false), MaxConcurrentReconciles: 1}).
 			Complete(keeper); err != nil {
 			return nil, nil, err
@@ -90,7 +91,7 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 		})
 		if err := ctrl.NewControllerManagedBy(mgr).
 			Named("certificate-rotator").
-			Watches(&corev1.Secret{}, watch.Constant(secret), builder.WithPredicates(isSecret)).
+			Watches(secrets.Meta(), watch.Constant(secret), builder.WithPredicates(isSecret)).
 			// Someone else's write to the configuration, a GitOps sync say, is repaired.
 			Watches(&admissionv1.MutatingWebhookConfiguration{}, watch.Constant(secret), builder.WithPredicates(isConfig)).
 			Watches(&admissionv1.ValidatingWebhookConfiguration{}, watch.Constant(secret), builder.WithPredicates(isConfig)).

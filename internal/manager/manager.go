@@ -40,6 +40,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
 	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
+	"github.com/sidecar-operator/sidecar-operator/internal/secrets"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
@@ -156,8 +157,13 @@ func managerOptions(opts Options) ctrl.Options {
 			&rbacv1.ClusterRole{}:        {Label: managedSelector},
 			&rbacv1.ClusterRoleBinding{}: {Label: managedSelector},
 			&rbacv1.RoleBinding{}:        {Label: managedSelector},
-			&corev1.Secret{}:             {Label: managedSelector},
+			// Any tenant can label a Secret as the operator's: metadata
+			// only, slimmed, a few hundred bytes whatever the Secret holds.
+			secrets.Meta(): {Label: managedSelector, Transform: secrets.Slim},
 		}},
+		// A Secret read through the client goes to the apiserver: never an
+		// informer that would cache every labelled Secret in full.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 	}
 }
 
@@ -186,7 +192,7 @@ func addFleetControllers(
 		return err
 	}
 	if err := (&pullsecret.Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.InjectedWith,
+		Client: mgr.GetClient(), Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.InjectedWith,
 		Policy: authorship.PullSecretPolicy{Namespaces: opts.PullSecretNamespaces}, Resync: opts.PullSecretResync, Log: log.WithName("pullsecrets"),
 	}).SetupWithManager(mgr, keyChanges); err != nil {
 		return err

@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
 	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
@@ -42,11 +41,6 @@ func newWebhookServer(
 			Keys:            keys,
 			Authors:         authorsChecker(mgr, authorship.PullSecretPolicy{Namespaces: opts.PullSecretNamespaces}, opts.MaxAccessReviews),
 			NamespaceLabels: nsLabels,
-			Sidecars: func(ctx context.Context) ([]v1alpha1.Sidecar, error) {
-				var list v1alpha1.SidecarList
-				err := cache.List(ctx, &list)
-				return list.Items, err
-			},
 		},
 		Mutator: &webhook.Mutator{
 			Engines:               engines,

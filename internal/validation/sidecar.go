@@ -14,9 +14,11 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
-// Sidecar returns every reason sc cannot be injected safely. others are the
-// other Sidecars in the cluster (sc itself, by name, is ignored among them).
-func Sidecar(sc *v1alpha1.Sidecar, others []v1alpha1.Sidecar) field.ErrorList {
+// Sidecar returns every reason sc cannot be injected safely. Other Sidecars
+// are not among them: a container name they add too is no reason, or whoever
+// claims a name first would block everyone else's Sidecars of it; the
+// injection engine denies a pod that two Sidecars add one name to.
+func Sidecar(sc *v1alpha1.Sidecar) field.ErrorList {
 	var errs field.ErrorList
 	spec := field.NewPath("spec")
 
@@ -101,18 +103,6 @@ func Sidecar(sc *v1alpha1.Sidecar, others []v1alpha1.Sidecar) field.ErrorList {
 		}
 	}
 
-	// A container name another Sidecar adds would clash in any pod both select.
-	for i := range others {
-		other := &others[i]
-		if other.Name == sc.Name {
-			continue
-		}
-		for _, name := range append(names(other.Spec.InitContainers), names(other.Spec.Containers)...) {
-			if p, clash := containers[name]; clash {
-				errs = append(errs, field.Forbidden(p, fmt.Sprintf("container %q is also added by sidecar %q, and both can select the same pods", name, other.Name)))
-			}
-		}
-	}
 	return errs
 }
 

@@ -26,11 +26,9 @@ func TestSidecar(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		mutate func(*v1alpha1.Sidecar)
-		others []v1alpha1.Sidecar
 		want   []string // each must appear; none means valid
 	}{
 		{name: "valid", mutate: func(*v1alpha1.Sidecar) {}},
-		{name: "valid next to itself (an update)", others: []v1alpha1.Sidecar{sidecar("s", "agent")}},
 		{name: "duplicate names", mutate: func(sc *v1alpha1.Sidecar) {
 			sc.Spec.InitContainers = []corev1.Container{{Name: "agent", Image: "x"}}
 			sc.Spec.Volumes = []corev1.Volume{{Name: "v"}, {Name: "v"}}
@@ -61,15 +59,13 @@ func TestSidecar(t *testing.T) {
 			sc.Spec.RBAC = &v1alpha1.SidecarRBAC{ClusterRules: []rbacv1.PolicyRule{{Resources: []string{"nodes"}}}}
 			sc.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
 		}, want: []string{"spec.rbac.clusterRules[0].verbs: Required value"}},
-		{name: "container of another Sidecar", others: []v1alpha1.Sidecar{sidecar("other", "agent")},
-			want: []string{`also added by sidecar "other"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := sidecar("s", "agent")
 			if tc.mutate != nil {
 				tc.mutate(&sc)
 			}
-			errs := Sidecar(&sc, tc.others)
+			errs := Sidecar(&sc)
 			msg := Message("Sidecar", sc.Name, errs)
 			if len(tc.want) == 0 && len(errs) > 0 {
 				t.Fatalf("unexpected: %s", msg)

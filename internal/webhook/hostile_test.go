@@ -15,7 +15,6 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 )
@@ -26,7 +25,6 @@ func testServer(t testing.TB) *Server {
 	return &Server{Mutator: m, Log: logr.Discard(), Validator: &Validator{
 		Engines:         m.Engines,
 		NamespaceLabels: inject.DefaultNamespaceLabels,
-		Sidecars:        func(context.Context) ([]v1alpha1.Sidecar, error) { return nil, nil },
 	}}
 }
 

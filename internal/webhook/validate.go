@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -33,9 +32,7 @@ type Validator struct {
 	// nothing) checks only that claimed containers exist.
 	Keys KeySource
 	// Authors, when set, judges what a Sidecar's author may grant.
-	Authors *authorship.Checker
-	// Sidecars lists the Sidecars a new one is judged against.
-	Sidecars        func(context.Context) ([]v1alpha1.Sidecar, error)
+	Authors         *authorship.Checker
 	NamespaceLabels inject.NamespaceLabelsFunc
 }
 
@@ -81,8 +78,8 @@ func answer(w http.ResponseWriter, rv *review, denial string) {
 	writeResponse(w, resp.appendJSON(nil))
 }
 
-// ValidateSidecars judges a created or updated Sidecar against the others,
-// with no limits; Server.Handler applies them.
+// ValidateSidecars judges a created or updated Sidecar, with no limits;
+// Server.Handler applies them.
 func (v *Validator) ValidateSidecars(w http.ResponseWriter, r *http.Request) {
 	serveReview(w, r, v.validateSidecars)
 }
@@ -118,12 +115,7 @@ func (v *Validator) validateSidecars(w http.ResponseWriter, r *http.Request, in 
 		answer(w, rv, denial)
 		return
 	}
-	others, err := v.Sidecars(r.Context())
-	if err != nil {
-		http.Error(w, "listing Sidecars: "+err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	errs := validation.Sidecar(&sc, others)
+	errs := validation.Sidecar(&sc)
 	if v.Authors != nil {
 		authorErrs, err := v.Authors.Check(r.Context(), rv.Request.UserInfo, &sc, old)
 		if err != nil {

@@ -4,9 +4,12 @@ package pullsecret
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -18,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
@@ -26,12 +30,14 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/grants"
 	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
 	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
+	"github.com/sidecar-operator/sidecar-operator/internal/secrets"
 )
 
-// Copies are written in every namespace with injected pods, and cached (a
-// label-filtered watch, which RBAC cannot narrow by label). Sources are read
-// live, only where --pull-secret-namespaces allows: get is granted by a Role
-// in the operator's namespace, the default; other namespaces need their own.
+// Copies are written in every namespace with injected pods, and cached as
+// metadata (a label-filtered watch, which RBAC cannot narrow by label: any
+// tenant can label a Secret as a copy). Sources are read live, only where
+// --pull-secret-namespaces allows: get is granted by a Role in the operator's
+// namespace, the default; other namespaces need their own.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",namespace=sidecar-operator-system,resources=secrets,verbs=get
 
@@ -41,6 +47,9 @@ const (
 	DefaultResync = time.Minute
 )
 
+// isCopy is the value of LabelPullSecretCopy on a copy.
+const isCopy = "true"
+
 // fleetKey is the one request: Sidecars may share a source, so the copies
 // are judged together.
 var fleetKey = types.NamespacedName{Name: "pull-secrets"}
@@ -49,7 +58,10 @@ var fleetKey = types.NamespacedName{Name: "pull-secrets"}
 // namespace where the Sidecar is injected, and no copy anywhere else. It
 // works on the whole fleet at once, since Sidecars may share a source.
 type Reconciler struct {
-	Client    client.Client
+	Client client.Client
+	// Cache holds the metadata of labelled Secrets (secrets.Meta), copies
+	// among them; Client reads no Secret from it.
+	Cache     client.Reader
 	APIReader client.Reader
 	Gate      *grants.Gate
 	Pods      podcache.InjectedWith
@@ -71,7 +83,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.C
 		Watches(&v1alpha1.Sidecar{}, all, builder.WithPredicates(watch.SidecarChanged())).
 		Watches(&corev1.Pod{}, all, builder.WithPredicates(watch.JudgementChanged())).
 		Watches(namespaces.Meta(), all, builder.WithPredicates(watch.NamespaceGrantsChanged())).
-		Watches(&corev1.Secret{}, all).
+		// Only copies matter; a tenant's Secret labelled as the operator's
+		// costs a label check, not a pass over the fleet.
+		Watches(secrets.Meta(), all, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[v1alpha1.LabelPullSecretCopy] == isCopy
+		}))).
 		WatchesRawSource(keyChanges.Source(all)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
@@ -135,8 +151,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			errs = append(errs, r.applyCopy(ctx, key, ref, src))
 		}
 	}
-	var copies corev1.SecretList
-	if err := r.Client.List(ctx, &copies, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: "true"}); err != nil {
+	copies := secrets.MetaList()
+	if err := r.Cache.List(ctx, copies, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: isCopy}); err != nil {
 		return ctrl.Result{}, err
 	}
 	for i := range copies.Items {
@@ -159,19 +175,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	return ctrl.Result{RequeueAfter: next}, nil
 }
 
+// applyCopy makes the copy at key hold src. The cache holds no data: a copy
+// carries the digest of what it was copied from, and is written whole when
+// its source's digest differs.
 func (r *Reconciler) applyCopy(ctx context.Context, key types.NamespacedName, ref v1alpha1.SecretReference, src *corev1.Secret) error {
 	from := ref.Namespace + "/" + ref.Name
 	copyOf := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: key.Name, Namespace: key.Namespace,
-			Labels:      map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: "true"},
-			Annotations: map[string]string{v1alpha1.AnnotationCopiedFrom: from},
+			Labels:      map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: isCopy},
+			Annotations: map[string]string{v1alpha1.AnnotationCopiedFrom: from, v1alpha1.AnnotationCopiedDigest: digest(src)},
 		},
 		Type: src.Type,
 		Data: src.Data,
 	}
-	var have corev1.Secret
-	err := r.Client.Get(ctx, key, &have)
+	have := secrets.Meta()
+	err := r.Cache.Get(ctx, key, have)
 	if apierrors.IsNotFound(err) {
 		err = r.Client.Create(ctx, copyOf)
 		if apierrors.IsAlreadyExists(err) {
@@ -185,9 +204,20 @@ func (r *Reconciler) applyCopy(ctx context.Context, key types.NamespacedName, re
 	if have.Annotations[v1alpha1.AnnotationCopiedFrom] != from {
 		return fmt.Errorf("secret %s is a copy of %s, not of %s: left alone", key, have.Annotations[v1alpha1.AnnotationCopiedFrom], from)
 	}
-	if have.Type == src.Type && maps.EqualFunc(have.Data, src.Data, func(a, b []byte) bool { return string(a) == string(b) }) {
+	if have.Annotations[v1alpha1.AnnotationCopiedDigest] == copyOf.Annotations[v1alpha1.AnnotationCopiedDigest] {
 		return nil
 	}
-	have.Type, have.Data = src.Type, src.Data
-	return r.Client.Update(ctx, &have)
+	copyOf.ResourceVersion = have.ResourceVersion
+	return r.Client.Update(ctx, copyOf)
+}
+
+// digest is the SHA-256 of a Secret's type and data, each length-prefixed.
+func digest(s *corev1.Secret) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s", len(s.Type), s.Type)
+	for _, k := range slices.Sorted(maps.Keys(s.Data)) {
+		fmt.Fprintf(h, "%d:%s%d:", len(k), k, len(s.Data[k]))
+		h.Write(s.Data[k])
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }

@@ -59,8 +59,8 @@ func TestPullSecretCopies(t *testing.T) {
 				if err := c.Get(context.Background(), client.ObjectKey{Namespace: "app", Name: "regcred"}, &got); err != nil {
 					t.Fatal(err)
 				}
-				if !bytes.Equal(got.Data[corev1.DockerConfigJsonKey], source.Data[corev1.DockerConfigJsonKey]) {
-					t.Errorf("copy kept %q", got.Data)
+				if !bytes.Equal(got.Data[corev1.DockerConfigJsonKey], source.Data[corev1.DockerConfigJsonKey]) || got.Annotations[v1alpha1.AnnotationCopiedDigest] != digest(source) {
+					t.Errorf("copy kept %q, %v", got.Data, got.Annotations)
 				}
 			},
 		},
@@ -81,6 +81,21 @@ func TestPullSecretCopies(t *testing.T) {
 				var got corev1.Secret
 				if err := c.Get(context.Background(), client.ObjectKey{Namespace: "app", Name: "regcred"}, &got); err != nil || string(got.Data["mine"]) != "1" || len(got.Labels) > 0 {
 					t.Errorf("hand-made Secret changed: %+v %v", got, err)
+				}
+			},
+		},
+		{
+			// The cache holds no data: the digest stands for it.
+			name: "a copy that carries its source's digest is not written again",
+			have: []client.Object{func() *corev1.Secret {
+				c := ownedCopy("app", "ops/regcred")
+				c.Annotations[v1alpha1.AnnotationCopiedDigest] = digest(source)
+				return c
+			}()},
+			check: func(t *testing.T, c client.Client) {
+				var got corev1.Secret
+				if err := c.Get(context.Background(), client.ObjectKey{Namespace: "app", Name: "regcred"}, &got); err != nil || string(got.Data[corev1.DockerConfigJsonKey]) != `{"old":1}` {
+					t.Errorf("copy written again: %+v %v", got, err)
 				}
 			},
 		},
@@ -106,7 +121,7 @@ func TestPullSecretCopies(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := &Reconciler{
-				Client: c, APIReader: c, Gate: gate, Pods: controllertest.ListedPods(c), Log: logr.Discard(), Resync: time.Minute,
+				Client: c, Cache: c, APIReader: c, Gate: gate, Pods: controllertest.ListedPods(c), Log: logr.Discard(), Resync: time.Minute,
 				Policy: authorship.PullSecretPolicy{Namespaces: []string{"ops"}},
 			}
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: fleetKey})

@@ -29,6 +29,7 @@ import (
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
+	"github.com/sidecar-operator/sidecar-operator/internal/secrets"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
@@ -49,7 +50,7 @@ const (
 // replicas are serialized by the apiserver's create and resourceVersion.
 type Keeper struct {
 	client client.Client
-	// live reads the Secret when the cache, which holds only labelled ones, misses.
+	// live reads the Secret: the cache holds Secrets' metadata, no keys.
 	live       client.Reader
 	secret     types.NamespacedName
 	activation time.Duration
@@ -80,7 +81,7 @@ func (k *Keeper) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("signing-key").
-		Watches(&corev1.Secret{}, watch.Constant(k.secret), builder.WithPredicates(isSecret)).
+		Watches(secrets.Meta(), watch.Constant(k.secret), builder.WithPredicates(isSecret)).
 		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 			q.Add(reconcile.Request{NamespacedName: k.secret}) // the first pass creates the Secret
 			return nil
@@ -113,14 +114,20 @@ func (c *Changes) notify(secret types.NamespacedName) {
 }
 
 func (k *Keeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	// Read live, as the cache holds no data: no keys are in use while the
+	// Secret is gone or cannot be read.
 	var s corev1.Secret
-	err := k.client.Get(ctx, k.secret, &s)
+	err := k.live.Get(ctx, k.secret, &s)
 	if apierrors.IsNotFound(err) {
-		return k.createOrAdopt(ctx)
+		k.load(noKeys(""))
+		return ctrl.Result{}, k.create(ctx)
 	}
 	if err != nil {
 		k.load(noKeys(""))
 		return ctrl.Result{}, err
+	}
+	if s.Labels[v1alpha1.LabelManagedBy] != v1alpha1.ManagedBy {
+		return k.adopt(ctx, &s)
 	}
 	ring := k.load(&s)
 	if !usable(&s) {
@@ -204,28 +211,17 @@ func (k *Keeper) newKeyID(data map[string][]byte) (string, []byte, error) {
 	}
 }
 
-// createOrAdopt makes the key Secret, or labels one made by hand: the cache,
-// and so the watch, holds only labelled Secrets. Until then, the keys in use
-// are what the apiserver holds: none when the Secret is gone.
-func (k *Keeper) createOrAdopt(ctx context.Context) (ctrl.Result, error) {
-	var s corev1.Secret
-	err := k.live.Get(ctx, k.secret, &s)
-	if apierrors.IsNotFound(err) {
-		k.load(noKeys(""))
-		return ctrl.Result{}, k.create(ctx)
-	}
-	if err != nil {
-		k.load(noKeys(""))
-		return ctrl.Result{}, err
-	}
-	if by, labelled := s.Labels[v1alpha1.LabelManagedBy]; labelled && by != v1alpha1.ManagedBy {
+// adopt labels a key Secret made by hand, or unlabelled since: the cache, and
+// so the watch, holds only labelled Secrets, and would miss its deletion.
+func (k *Keeper) adopt(ctx context.Context, s *corev1.Secret) (ctrl.Result, error) {
+	if by, labelled := s.Labels[v1alpha1.LabelManagedBy]; labelled {
 		// Another manager would take the label back: no fight, no keys.
 		k.load(noKeys(s.ResourceVersion))
 		k.log.Error(nil, "the signing key Secret is managed by another; no record verifies until it is labelled as the operator's",
 			"secret", k.secret.String(), v1alpha1.LabelManagedBy, by)
 		return ctrl.Result{RequeueAfter: unusableRecheck}, nil
 	}
-	if k.load(&s); !usable(&s) {
+	if k.load(s); !usable(s) {
 		return ctrl.Result{RequeueAfter: unusableRecheck}, nil // load said why
 	}
 	if s.Labels == nil {
@@ -234,7 +230,7 @@ func (k *Keeper) createOrAdopt(ctx context.Context) (ctrl.Result, error) {
 	s.Labels[v1alpha1.LabelManagedBy] = v1alpha1.ManagedBy
 	k.log.Info("labelling the signing key Secret so that the operator watches it",
 		"secret", k.secret.String(), "label", v1alpha1.LabelManagedBy+"="+v1alpha1.ManagedBy)
-	return ctrl.Result{}, k.client.Update(ctx, &s) // its watch event brings it here
+	return ctrl.Result{}, k.client.Update(ctx, s) // its watch event brings it here
 }
 
 func (k *Keeper) create(ctx context.Context) error {
