@@ -123,7 +123,7 @@ func TestAttackAppMountsMultiplyByContainers(t *testing.T) {
 		}
 		byLabel("app", "web")(s)
 	}))
-	var cs []any
+	cs := make([]any, 0, containers)
 	for i := range containers {
 		cs = append(cs, map[string]any{"name": fmt.Sprintf("c%d", i)})
 	}
@@ -145,6 +145,7 @@ func TestAttackAppMountsMultiplyByContainers(t *testing.T) {
 		t.Errorf("rendering one pod allocated %d MiB and took %s: the limiter charged about 10 MiB for this review; nothing bounds the patch", alloc, took)
 	}
 }
+
 // TestAttackTemplatedContainerName: a container named by a template would
 // be injected under its rendered name and recorded under the template, and
 // its record would never verify: refused when the Sidecar is compiled.

@@ -112,18 +112,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 	if c.onMissing == "" {
 		c.onMissing = v1alpha1.MissingParametersReject // the CRD's default
 	}
-	var errs []error
-	declared := make(map[string]bool, len(spec.Parameters))
-	for i, p := range spec.Parameters {
-		if declared[p.Name] {
-			errs = append(errs, fmt.Errorf("spec.parameters[%d].name: duplicate parameter %q", i, p.Name))
-		}
-		declared[p.Name] = true
-		c.paramIndex[p.Name] = i
-		if p.Default != nil && len(*p.Default) > MaxParameterValueLength {
-			errs = append(errs, fmt.Errorf("spec.parameters[%d].default: %d bytes long, over the %d-byte cap of a parameter value", i, len(*p.Default), MaxParameterValueLength))
-		}
-	}
+	declared, errs := c.compileParameters(spec.Parameters)
 	var err error
 	if c.selector, err = selectorOrNil(spec.Selector); err != nil {
 		errs = append(errs, fmt.Errorf("spec.selector: %w", err))
@@ -231,6 +220,23 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		return nil, fmt.Errorf("sidecar %q: %w", sc.Name, err)
 	}
 	return c, nil
+}
+
+// compileParameters indexes the parameters and returns their names.
+func (c *compiledSidecar) compileParameters(params []v1alpha1.Parameter) (declared map[string]bool, errs []error) {
+	declared = make(map[string]bool, len(params))
+	for i, p := range params {
+		if declared[p.Name] {
+			errs = append(errs, fmt.Errorf("spec.parameters[%d].name: duplicate parameter %q", i, p.Name))
+		}
+		declared[p.Name] = true
+		c.paramIndex[p.Name] = i
+		if p.Default != nil && len(*p.Default) > MaxParameterValueLength {
+			errs = append(errs, fmt.Errorf("spec.parameters[%d].default: %d bytes long, over the %d-byte cap of a parameter value",
+				i, len(*p.Default), MaxParameterValueLength))
+		}
+	}
+	return declared, errs
 }
 
 // templatedName refuses a template in a container's name or in the name

@@ -254,9 +254,7 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 		sel := selection{sc: sc, render: renderData{index: sc.paramIndex, pod: pod, ns: namespace, budget: &p.budget}}
 		var missing []string
 		sel.render.params, missing = resolveParameters(sc.params, annotations)
-		if i := slices.IndexFunc(sel.render.params, func(v string) bool { return len(v) > MaxParameterValueLength }); i >= 0 {
-			p.deny(sc.name, fmt.Sprintf("sidecar %q: annotation %q (parameter %q) is %d bytes long, over the %d-byte cap of a parameter value",
-				sc.name, sc.params[i].Annotation, sc.params[i].Name, len(sel.render.params[i]), MaxParameterValueLength))
+		if p.parameterTooLong(sc, sel.render.params) {
 			continue
 		}
 		if p.trace != nil {
@@ -293,16 +291,7 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 	if len(p.denials) > 0 || len(p.selected) == 0 {
 		return
 	}
-	p.planAppMounts()
-	if size := p.appMountBytes(); size > MaxAppMountBytes {
-		// Each of the pod's containers gets every mount: a pod of thousands
-		// of containers would multiply them into a patch no apiserver takes.
-		for _, s := range p.selected {
-			if len(s.sc.appMounts) > 0 {
-				p.deny(s.sc.name, fmt.Sprintf("sidecar %q: its appVolumeMounts, added to each of the pod's %d containers, come to %d bytes of patch, over the %d-byte cap",
-					s.sc.name, len(pod.Spec.Containers), size, MaxAppMountBytes))
-			}
-		}
+	if !p.planAppMounts() {
 		return
 	}
 	p.planPullSecrets()
@@ -560,7 +549,7 @@ func equalJSON(a, b any) bool {
 
 // planAppMounts decides which app mounts each of the pod's own containers gets;
 // a mount the container already has (same volume, path and subPath) is not added twice.
-func (p *plan) planAppMounts() {
+func (p *plan) planAppMounts() bool {
 	p.appMounts = p.appMountsBuf[:0]
 	for ci := range p.pod.Spec.Containers {
 		for si, sel := range p.selected {
@@ -571,6 +560,18 @@ func (p *plan) planAppMounts() {
 			}
 		}
 	}
+	if size := p.appMountBytes(); size > MaxAppMountBytes {
+		// Each of the pod's containers gets every mount: a pod of thousands
+		// of containers would multiply them into a patch no apiserver takes.
+		for _, s := range p.selected {
+			if len(s.sc.appMounts) > 0 {
+				p.deny(s.sc.name, fmt.Sprintf("sidecar %q: its appVolumeMounts, added to each of the pod's %d containers, come to %d bytes of patch, over the %d-byte cap",
+					s.sc.name, len(p.pod.Spec.Containers), size, MaxAppMountBytes))
+			}
+		}
+		return false
+	}
+	return true
 }
 
 // MaxAppMountBytes bounds the patch that mounts Sidecars' appVolumeMounts
@@ -594,6 +595,17 @@ func hasMount(mounts []mountView, m corev1.VolumeMount) bool {
 		}
 	}
 	return false
+}
+
+// parameterTooLong denies the pod for a parameter value over its cap.
+func (p *plan) parameterTooLong(sc *compiledSidecar, values []string) bool {
+	i := slices.IndexFunc(values, func(v string) bool { return len(v) > MaxParameterValueLength })
+	if i < 0 {
+		return false
+	}
+	p.deny(sc.name, fmt.Sprintf("sidecar %q: annotation %q (parameter %q) is %d bytes long, over the %d-byte cap of a parameter value",
+		sc.name, sc.params[i].Annotation, sc.params[i].Name, len(values[i]), MaxParameterValueLength))
+	return true
 }
 
 func resolveParameters(params []v1alpha1.Parameter, annotations map[string]string) (values, missing []string) {

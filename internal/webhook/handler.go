@@ -192,7 +192,8 @@ func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte) {
 	req := review.Request
 	resp := response{apiVersion: review.APIVersion, uid: req.UID}
 	if req.Operation == "CREATE" && req.SubResource == "" {
-		res, err := engine.InjectView(time.Now().Add(reviewTimeout(r)), &req.Object, req.Namespace, m.NamespaceLabels, inject.PodVolumesFromJSON(req.ObjectJSON), signer, (*out)[:0])
+		deadline := time.Now().Add(reviewTimeout(r))
+		res, err := engine.InjectView(deadline, &req.Object, req.Namespace, m.NamespaceLabels, inject.PodVolumesFromJSON(req.ObjectJSON), signer, (*out)[:0])
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

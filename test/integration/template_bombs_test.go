@@ -65,11 +65,11 @@ func TestForgedTemplateBombsAreBounded(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "bomb.yaml"), raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr, _, client, serve := startServeWith(t, dir)
+	addr, _, https, serve := startServeWith(t, dir)
 	base := "https://" + addr
 
 	normal := readTestdata(t, "admissionreview-pod.json")
-	if code, out := post(t, client, base+"/mutate-pods", normal); code != http.StatusOK || !bytes.Contains(out, []byte(`"patch"`)) {
+	if code, out := post(t, https, base+"/mutate-pods", normal); code != http.StatusOK || !bytes.Contains(out, []byte(`"patch"`)) {
 		t.Fatalf("a normal pod review before the attack: %d %s", code, out)
 	}
 	idle, err := proc.PeakRSS(serve.Process.Pid)
@@ -87,7 +87,7 @@ func TestForgedTemplateBombsAreBounded(t *testing.T) {
 	}
 	attacks["pod setting the hidden bomb's parameter"] = attack{"/mutate-pods",
 		podReviewWith(t, normal, map[string]string{"bomb/enable": "true", "bomb/boom": strings.Repeat("x", 4096)})}
-	fast := &http.Client{Timeout: time.Second, Transport: client.Transport}
+	fast := &http.Client{Timeout: time.Second, Transport: https.Transport}
 	for name, a := range attacks {
 		start := time.Now()
 		code, out := post(t, fast, base+a.path, a.body)
@@ -108,7 +108,7 @@ func TestForgedTemplateBombsAreBounded(t *testing.T) {
 	if peak-idle > 64<<20 {
 		t.Errorf("the bombs took serve's peak RSS from %d MiB to %d MiB, over 64 MiB more", idle>>20, peak>>20)
 	}
-	if code, out := post(t, client, base+"/mutate-pods", normal); code != http.StatusOK || !bytes.Contains(out, []byte(`"patch"`)) {
+	if code, out := post(t, https, base+"/mutate-pods", normal); code != http.StatusOK || !bytes.Contains(out, []byte(`"patch"`)) {
 		t.Fatalf("a normal pod review after the attack: %d %s", code, out)
 	}
 }
@@ -237,9 +237,9 @@ func reviewOf(t *testing.T, request map[string]any) []byte {
 
 // post sends body and returns the status and response; status 0 when no
 // answer came.
-func post(t *testing.T, client *http.Client, url string, body []byte) (int, []byte) {
+func post(t *testing.T, https *http.Client, url string, body []byte) (int, []byte) {
 	t.Helper()
-	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+	resp, err := https.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Logf("POST %s: %v", url, err)
 		return 0, nil
