@@ -166,10 +166,10 @@ func TestAuthorPolicy(t *testing.T) {
 				s.ImagePullSecret = &v1alpha1.SecretReference{Namespace: "ops", Name: "regcred"}
 			}}},
 		{name: "more requests than the apiserver can check", held: []string{"create pods"}, asked: 1,
-			spec: []func(*v1alpha1.SidecarSpec){rules(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: append(slices.Clone(many), "one-more"), Verbs: []string{"get"}})},
+			spec:   []func(*v1alpha1.SidecarSpec){rules(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: append(slices.Clone(many), "one-more"), Verbs: []string{"get"}})},
 			denied: []string{"spec.rbac: Forbidden: the rules and clusterRules allow 17 requests"}},
 		{name: "four long lists do not overflow", held: []string{"create pods"},
-			spec: []func(*v1alpha1.SidecarSpec){rules(rbacv1.PolicyRule{APIGroups: long(3000), Resources: long(3000), ResourceNames: long(3000), Verbs: long(3000)})},
+			spec:   []func(*v1alpha1.SidecarSpec){rules(rbacv1.PolicyRule{APIGroups: long(3000), Resources: long(3000), ResourceNames: long(3000), Verbs: long(3000)})},
 			denied: []string{"allow a million or more requests"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
