@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
@@ -36,6 +37,12 @@ import (
 // +kubebuilder:rbac:groups="",namespace=sidecar-operator-system,resources=secrets,verbs=get
 
 const (
+	// ReasonPullSecretNotCopied is the Warning Event on a Sidecar whose
+	// imagePullSecret does not exist or is not a registry credential. The
+	// controller tells the author, not the webhook: a webhook's answer would
+	// tell anyone who can forge a review whether a Secret exists, and its type.
+	ReasonPullSecretNotCopied = "PullSecretNotCopied"
+
 	// DefaultResync bounds how long a copy lags a change of its
 	// source, which is not watched: watching every Secret would cache them all.
 	DefaultResync = time.Minute
@@ -57,6 +64,9 @@ type Reconciler struct {
 	// Resync is how often copies are compared with their sources, which are
 	// not watched; zero means DefaultResync.
 	Resync time.Duration
+	// Events tells Sidecars why their pull secret is not copied; nil tells
+	// none. The recorder folds repeats, one per resync, into a series.
+	Events recorder.EventRecorder
 	Log    logr.Logger
 }
 
@@ -117,23 +127,48 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 
 	var errs []error
+	// Every source a Sidecar names is judged, copied or not, so that its
+	// author learns at once that it cannot be.
 	sources := map[v1alpha1.SecretReference]*corev1.Secret{}
-	for key, ref := range want {
-		src, ok := sources[ref]
-		if !ok {
+	for i := range sidecars.Items {
+		sc := &sidecars.Items[i]
+		ref := sc.Spec.ImagePullSecret
+		if ref == nil || !sc.DeletionTimestamp.IsZero() || r.Policy.AllowedNamespace(ref.Namespace) != nil {
+			continue
+		}
+		src, judged := sources[*ref]
+		if !judged {
 			src = &corev1.Secret{}
-			if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, src); err != nil {
+			err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, src)
+			if err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("imagePullSecret %s/%s: %w", ref.Namespace, ref.Name, err))
-				src = nil
-			} else if err := authorship.CheckPullSecretType(src); err != nil {
-				errs = append(errs, fmt.Errorf("imagePullSecret %s/%s not copied: %w", ref.Namespace, ref.Name, err))
+				sources[*ref] = nil
+				continue
+			}
+			if apierrors.IsNotFound(err) {
 				src = nil
 			}
-			sources[ref] = src
+			sources[*ref] = src
 		}
+		problem := "it does not exist"
 		if src != nil {
-			errs = append(errs, r.applyCopy(ctx, key, ref, src))
+			err := authorship.CheckPullSecretType(src)
+			if err == nil {
+				continue
+			}
+			problem = err.Error()
 		}
+		if r.Events != nil {
+			r.Events.Eventf(sc, nil, corev1.EventTypeWarning, ReasonPullSecretNotCopied, "CopyPullSecret",
+				"imagePullSecret %s/%s is not copied: %s", ref.Namespace, ref.Name, problem)
+		}
+	}
+	for key, ref := range want {
+		src := sources[ref]
+		if src == nil || authorship.CheckPullSecretType(src) != nil {
+			continue
+		}
+		errs = append(errs, r.applyCopy(ctx, key, ref, src))
 	}
 	var copies corev1.SecretList
 	if err := r.Client.List(ctx, &copies, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: "true"}); err != nil {
