@@ -130,7 +130,27 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if err := waitAuthorPolicy(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
+}
+
+// waitAuthorPolicy waits until the apiserver has type-checked the author
+// policy the operator made (its status observes its generation), so that
+// the tests of authors do not run before it judges them.
+func waitAuthorPolicy(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		var p admissionv1.ValidatingAdmissionPolicy
+		err := k8s.Get(ctx, client.ObjectKey{Name: webhookconfig.AuthorPolicyName}, &p)
+		if err == nil && p.Status.ObservedGeneration == p.Generation {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("ValidatingAdmissionPolicy %s not in effect after a minute", webhookconfig.AuthorPolicyName)
 }
 
 func zapLevel() zapcore.Level {
