@@ -639,20 +639,22 @@ func TestAttackOpaqueSecretAsPullSecret(t *testing.T) {
 	// Barrier: a Sidecar with a real pull secret, injected into the same
 	// namespace afterwards; the pull secret controller copies for all
 	// Sidecars in one pass.
-	registry := createNamespace(t, nil)
+	// (Its source is in the operator's namespace, the only one of
+	// --pull-secret-namespaces.)
+	regcred := "regcred-" + rand.String(6)
 	createAdmin(t, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "regcred", Namespace: registry},
+		ObjectMeta: metav1.ObjectMeta{Name: regcred, Namespace: operatorNamespace},
 		Type:       corev1.SecretTypeDockerConfigJson,
 		Data:       dockerConfig("djE="),
 	})
 	fence := agentSidecar(nil)
-	fence.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: registry, Name: "regcred"}
+	fence.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: operatorNamespace, Name: regcred}
 	applyServed(t, fence)
 	if pod := createPod(t, fence, ns, ""); !injectedWith(pod, fence.Name) {
 		t.Fatalf("barrier pod not injected with %s: %v", fence.Name, pod.Annotations)
 	}
 	eventually(t, 20*time.Second, func() error {
-		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "regcred"}, &corev1.Secret{})
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: regcred}, &corev1.Secret{})
 	})
 
 	var copied corev1.Secret
