@@ -18,7 +18,8 @@ import (
 // The policy is created if missing and updated only by name, like the
 // webhook configurations.
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=update,resourceNames=sidecar-operator-authors
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies,verbs=update,resourceNames=sidecar-operator-authors
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=update,resourceNames=sidecar-operator-authors
 
 // AuthorPolicyName names the ValidatingAdmissionPolicy that judges Sidecar
 // authors, and its binding.
@@ -137,22 +138,29 @@ func authorVariables() []admissionv1.Variable {
 }
 
 func authorValidations() []admissionv1.Validation {
-	vs := []admissionv1.Validation{{
+	vs := make([]admissionv1.Validation, 0, 1+MaxGrantedRequests+1+MaxNamedNamespaces)
+	vs = append(vs, admissionv1.Validation{
 		Expression: fmt.Sprintf("variables.requestCount <= %d.0", MaxGrantedRequests),
 		Message:    fmt.Sprintf("spec.rbac: Forbidden: the rules and clusterRules of a Sidecar may allow at most %d requests", MaxGrantedRequests),
-		MessageExpression: fmt.Sprintf(`'spec.rbac: Forbidden: the rules and clusterRules allow ' + (variables.requestCount < 1000000.0 ? string(int(variables.requestCount)) : 'a million or more') + `+
-			`' requests (each rule\'s apiGroups × resources × verbs × resourceNames, and nonResourceURLs × verbs), more than the %d the apiserver can check for one Sidecar: `+
-			`use fewer names, or wildcards the author holds'`, MaxGrantedRequests),
+		MessageExpression: fmt.Sprintf(`'spec.rbac: Forbidden: the rules and clusterRules allow ' + `+
+			`(variables.requestCount < 1000000.0 ? string(int(variables.requestCount)) : 'a million or more') + `+
+			`' requests (each rule\'s apiGroups × resources × verbs × resourceNames, and nonResourceURLs × verbs), `+
+			`more than the %d the apiserver can check for one Sidecar: use fewer names, or wildcards the author holds'`, MaxGrantedRequests),
 		Reason: ptr.To(metav1.StatusReasonForbidden),
-	}}
+	})
 	for k := range MaxGrantedRequests {
 		r := fmt.Sprintf("variables.requests[%d]", k)
-		resource := fmt.Sprintf(`authorizer.group(%[1]s[1]).resource(%[1]s[2].split('/', 2)[0]).subresource(%[1]s[2].contains('/') ? %[1]s[2].split('/', 2)[1] : '').name(%[1]s[4])`, r)
-		text := fmt.Sprintf(`(%[1]s[5] != '' ? %[1]s[3] + ' ' + %[1]s[5] : %[1]s[3] + ' ' + %[1]s[2] + (%[1]s[1] != '' ? '.' + %[1]s[1] : '') + (%[1]s[4] != '' ? ' ' + %[1]s[4] : ''))`, r)
+		// "pods/exec" is resource pods, subresource exec.
+		resource := fmt.Sprintf(`authorizer.group(%[1]s[1]).resource(%[1]s[2].split('/', 2)[0])`+
+			`.subresource(%[1]s[2].contains('/') ? %[1]s[2].split('/', 2)[1] : '').name(%[1]s[4])`, r)
+		// As kubectl names it: "get pods/exec", "get deployments.apps web", "get /metrics".
+		text := fmt.Sprintf(`(%[1]s[5] != '' ? %[1]s[3] + ' ' + %[1]s[5] : `+
+			`%[1]s[3] + ' ' + %[1]s[2] + (%[1]s[1] != '' ? '.' + %[1]s[1] : '') + (%[1]s[4] != '' ? ' ' + %[1]s[4] : ''))`, r)
 		vs = append(vs, admissionv1.Validation{
 			Expression: fmt.Sprintf("size(variables.requests) <= %[1]d || variables.unbounded || "+
 				"(%[2]s[5] != '' ? authorizer.path(%[2]s[5]).check(%[2]s[3]).allowed() : %[3]s.check(%[2]s[3]).allowed())", k, r, resource),
-			Message: "spec.rbac: Forbidden: the author does not hold a request this Sidecar grants, and a Sidecar grants only what its author holds cluster-wide (or holds escalate and bind on clusterroles)",
+			Message: "spec.rbac: Forbidden: the author does not hold a request this Sidecar grants, " +
+				"and a Sidecar grants only what its author holds cluster-wide (or holds escalate and bind on clusterroles)",
 			MessageExpression: fmt.Sprintf(`%[1]s[0] + ': Forbidden: ' + %[2]s + ' does not hold ' + %[3]s + `+
 				`', and a Sidecar grants only what its author holds cluster-wide (or holds escalate and bind on clusterroles)'`, r, quoted("variables.user"), quoted(text)),
 			Reason: ptr.To(metav1.StatusReasonForbidden),
@@ -170,7 +178,8 @@ func authorValidations() []admissionv1.Validation {
 		ns := fmt.Sprintf("variables.namespaces[%d]", k)
 		vs = append(vs, admissionv1.Validation{
 			Expression: fmt.Sprintf("size(variables.namespaces) <= %d || authorizer.group('').resource('pods').namespace(%s).check('create').allowed()", k, ns),
-			Message:    "spec.namespaceSelector: Forbidden: the author may not create pods where this Sidecar would run its containers with the pods' ServiceAccounts and Secrets",
+			Message: "spec.namespaceSelector: Forbidden: the author may not create pods " +
+				"where this Sidecar would run its containers with the pods' ServiceAccounts and Secrets",
 			MessageExpression: fmt.Sprintf(`'spec.namespaceSelector: Forbidden: ' + %s + ' may not create pods ' + `+
 				`(%s == '' ? 'in every namespace (namespaceSelector is not a list of at most %d %s values)' : 'in namespace ' + %s) + `+
 				`', where this Sidecar would run its containers with the pods\' ServiceAccounts and Secrets'`,

@@ -75,7 +75,8 @@ func judge(t *testing.T, sc *v1alpha1.Sidecar, h *holder) []string {
 			t.Fatalf("variable %s: %v", v.Name, r.Error)
 		}
 	}
-	var conditions, messages []plugincel.ExpressionAccessor
+	conditions := make([]plugincel.ExpressionAccessor, 0, len(policy.Spec.Validations))
+	messages := make([]plugincel.ExpressionAccessor, 0, len(policy.Spec.Validations))
 	for _, v := range policy.Spec.Validations {
 		conditions = append(conditions, &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason})
 		messages = append(messages, &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression})
@@ -213,7 +214,8 @@ func TestAuthorPolicyWorstCaseFitsTheBudget(t *testing.T) {
 	}}
 	sc.Spec.RBAC = &v1alpha1.SidecarRBAC{Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: long(MaxGrantedRequests), Verbs: []string{"get"}}}}
 	sc.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: "ops", Name: "regcred"}
-	held := []string{"escalate clusterroles.rbac.authorization.k8s.io", "get secrets regcred in ops"}
+	held := make([]string, 0, 2+len(names)+MaxGrantedRequests)
+	held = append(held, "escalate clusterroles.rbac.authorization.k8s.io", "get secrets regcred in ops")
 	for _, n := range names {
 		held = append(held, "create pods in "+n)
 	}

@@ -126,12 +126,47 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 	}
 
+	sources, errs := r.judgeSources(ctx, sidecars.Items)
+	for key, ref := range want {
+		src := sources[ref]
+		if src == nil || authorship.CheckPullSecretType(src) != nil {
+			continue
+		}
+		errs = append(errs, r.applyCopy(ctx, key, ref, src))
+	}
+	var copies corev1.SecretList
+	if err := r.Client.List(ctx, &copies, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: "true"}); err != nil {
+		return ctrl.Result{}, err
+	}
+	for i := range copies.Items {
+		c := &copies.Items[i]
+		if _, ok := want[client.ObjectKeyFromObject(c)]; !ok && !lagging[c.Annotations[v1alpha1.AnnotationCopiedFrom]] {
+			r.Log.Info("deleting pull secret copy", "secret", client.ObjectKeyFromObject(c).String())
+			errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, c)))
+		}
+	}
+	next := r.Resync
+	if len(lagging) > 0 {
+		next = time.Second
+	}
+	if err := errors.Join(errs...); err != nil {
+		// Not returned: controller-runtime would drop the resync for its
+		// backoff (up to 17 minutes), and one hand-made Secret of a copy's
+		// name would stop every copy from following its source.
+		r.Log.Error(err, "some pull secret copies are not in place", "retryIn", next)
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// judgeSources reads the source of every Sidecar's pull secret, copied or
+// not, so that its author learns at once that it cannot be: a source that
+// does not exist or is not a registry credential gets a Warning Event on the
+// Sidecar. A source that could not be read is nil, with its error.
+func (r *Reconciler) judgeSources(ctx context.Context, sidecars []v1alpha1.Sidecar) (map[v1alpha1.SecretReference]*corev1.Secret, []error) {
 	var errs []error
-	// Every source a Sidecar names is judged, copied or not, so that its
-	// author learns at once that it cannot be.
 	sources := map[v1alpha1.SecretReference]*corev1.Secret{}
-	for i := range sidecars.Items {
-		sc := &sidecars.Items[i]
+	for i := range sidecars {
+		sc := &sidecars[i]
 		ref := sc.Spec.ImagePullSecret
 		if ref == nil || !sc.DeletionTimestamp.IsZero() || r.Policy.AllowedNamespace(ref.Namespace) != nil {
 			continue
@@ -163,35 +198,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 				"imagePullSecret %s/%s is not copied: %s", ref.Namespace, ref.Name, problem)
 		}
 	}
-	for key, ref := range want {
-		src := sources[ref]
-		if src == nil || authorship.CheckPullSecretType(src) != nil {
-			continue
-		}
-		errs = append(errs, r.applyCopy(ctx, key, ref, src))
-	}
-	var copies corev1.SecretList
-	if err := r.Client.List(ctx, &copies, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: "true"}); err != nil {
-		return ctrl.Result{}, err
-	}
-	for i := range copies.Items {
-		c := &copies.Items[i]
-		if _, ok := want[client.ObjectKeyFromObject(c)]; !ok && !lagging[c.Annotations[v1alpha1.AnnotationCopiedFrom]] {
-			r.Log.Info("deleting pull secret copy", "secret", client.ObjectKeyFromObject(c).String())
-			errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, c)))
-		}
-	}
-	next := r.Resync
-	if len(lagging) > 0 {
-		next = time.Second
-	}
-	if err := errors.Join(errs...); err != nil {
-		// Not returned: controller-runtime would drop the resync for its
-		// backoff (up to 17 minutes), and one hand-made Secret of a copy's
-		// name would stop every copy from following its source.
-		r.Log.Error(err, "some pull secret copies are not in place", "retryIn", next)
-	}
-	return ctrl.Result{RequeueAfter: next}, nil
+	return sources, errs
 }
 
 func (r *Reconciler) applyCopy(ctx context.Context, key types.NamespacedName, ref v1alpha1.SecretReference, src *corev1.Secret) error {
