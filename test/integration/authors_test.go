@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -12,16 +13,20 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 // grantClusterRule gives user a ClusterRole holding rules, cluster-wide, and
@@ -186,5 +191,28 @@ func TestAuthorsAreJudgedAsTheRealRequester(t *testing.T) {
 	deniedNaming(t, err, other+" (who may not list secrets) obtained a Sidecar granting secrets list", other, "list secrets", "spec.rbac.rules[0]")
 	if err := authorCreate(t, impersonate(t, lister, authenticated...), sc.DeepCopy()); err != nil {
 		t.Errorf("%s, who holds every rule, was refused: %v", lister, err)
+	}
+}
+
+// The operator ensures the policy whenever it publishes its webhook
+// configurations: the stored policy, as the apiserver defaults it, must
+// equal what the operator wants (what EnsureAuthorPolicy compares), or
+// every publish writes it again.
+func TestAuthorPolicyIsStoredAsTheOperatorWantsIt(t *testing.T) {
+	ctx := context.Background()
+	policy, binding := webhookconfig.AuthorPolicy()
+	var havePolicy admissionv1.ValidatingAdmissionPolicy
+	var haveBinding admissionv1.ValidatingAdmissionPolicyBinding
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(policy), &havePolicy); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(binding), &haveBinding); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(havePolicy.Spec, policy.Spec) {
+		t.Errorf("the stored policy differs from the operator's:\n%+v\nwant\n%+v", havePolicy.Spec, policy.Spec)
+	}
+	if !equality.Semantic.DeepEqual(haveBinding.Spec, binding.Spec) {
+		t.Errorf("the stored binding differs from the operator's:\n%+v\nwant\n%+v", haveBinding.Spec, binding.Spec)
 	}
 }
