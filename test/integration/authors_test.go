@@ -159,6 +159,7 @@ func TestAttackForgedReviewsAreNoAuthorizationOracle(t *testing.T) {
 		"a pull secret that is none": forgedSidecarReview(t, lister, withSecret("oracle-missing")),
 	}
 	reviews := subjectAccessReviews(t) - before
+	t.Logf("4 forged reviews: %d SubjectAccessReviews", reviews)
 
 	for _, pair := range [][2]string{{lister + " lists secrets", other + " lists secrets"}, {"an Opaque pull secret", "a pull secret that is none"}} {
 		a, b := fmt.Sprint(answers[pair[0]]), fmt.Sprint(answers[pair[1]])
