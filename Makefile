@@ -19,7 +19,8 @@ CHART = charts/sidecar-operator
 # Every value away from its default at once.
 CHART_VALUES = --set replicas=3,image.repository=registry.example.com/so,image.tag=v1,image.pullPolicy=Always \
 	--set certMode=cert-manager,clientAuth=true,webhook.failurePolicy=Ignore \
-	--set networkPolicy.adminFromNamespaceLabel=kubernetes.io/metadata.name=monitoring,resources.limits.memory=1Gi
+	--set networkPolicy.adminFromNamespaceLabel=kubernetes.io/metadata.name=monitoring,resources.limits.memory=1Gi \
+	--set networkPolicy.webhookFrom[0].ipBlock.cidr=172.16.0.0/28 --set-file clientCA=test/testdata/client-ca.crt
 export KUBE_VERSION ETCD_VERSION
 
 .PHONY: build

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Starts or stops a local control plane (etcd, kube-apiserver and
 # kube-controller-manager for Deployments and ReplicaSets) on loopback.
-#   hack/control-plane.sh up    -> writes an admin kubeconfig to .local/kubeconfig
+#   hack/control-plane.sh up    -> writes an admin kubeconfig to .local/kubeconfig,
+#                                  and the CA of the apiserver's client
+#                                  certificate for webhooks to
+#                                  .local/pki/webhook-client-ca.crt
 #   hack/control-plane.sh down  -> removes the node if there is one, then stops
 #                                  the apiserver first, then etcd
 # NODE=1 up also runs a kubelet node with containerd and a scheduler
@@ -52,6 +55,45 @@ node_pki() {
       -CA "$pki/kubelet-ca.crt" -CAkey "$pki/kubelet-ca.key" -out "$pki/apiserver-kubelet-client.crt" 2>/dev/null
 }
 
+# The apiserver's client certificate for admission webhooks, and its CA,
+# which the operator requires (--client-ca-file "$state/pki/webhook-client-ca.crt"):
+# only the apiserver can then send the webhook a review. The
+# AdmissionConfiguration names a kubeconfig whose user "*" the apiserver
+# presents to every webhook.
+webhook_client_pki() {
+  local pki="$state/pki"
+  [ -f "$pki/webhook-client-ca.crt" ] || openssl req -x509 -newkey rsa:2048 -nodes -days 3650 \
+    -subj /CN=local-webhook-client-ca -keyout "$pki/webhook-client-ca.key" -out "$pki/webhook-client-ca.crt" 2>/dev/null
+  [ -f "$pki/apiserver-webhook-client.crt" ] || openssl req -newkey rsa:2048 -nodes \
+    -subj /CN=kube-apiserver -keyout "$pki/apiserver-webhook-client.key" 2>/dev/null |
+    openssl x509 -req -days 3650 -set_serial "0x$(openssl rand -hex 8)" -extfile <(echo extendedKeyUsage=clientAuth) \
+      -CA "$pki/webhook-client-ca.crt" -CAkey "$pki/webhook-client-ca.key" -out "$pki/apiserver-webhook-client.crt" 2>/dev/null
+  cat > "$state/webhook-client.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+users:
+- name: "*"
+  user:
+    client-certificate: $pki/apiserver-webhook-client.crt
+    client-key: $pki/apiserver-webhook-client.key
+KC
+  cat > "$state/admission.yaml" <<AC
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $state/webhook-client.kubeconfig
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $state/webhook-client.kubeconfig
+AC
+}
+
 up() {
   # Before anything is built or started: a host that cannot run the node says why.
   [ "$NODE" = 1 ] && "$root/hack/node.sh" check
@@ -70,6 +112,7 @@ up() {
   [ -f "$state/pki/sa.key" ] || openssl genrsa -out "$state/pki/sa.key" 2048 2>/dev/null
   local token; token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   echo "$token,admin,admin,system:masters" > "$state/pki/tokens.csv"
+  webhook_client_pki
 
   # Without a node, nothing creates ServiceAccounts, so the ServiceAccount
   # admission plugin would refuse every pod ("serviceaccount default not
@@ -103,7 +146,8 @@ up() {
     --service-account-issuer https://kubernetes.default.svc \
     --service-account-key-file "$state/pki/sa.key" --service-account-signing-key-file "$state/pki/sa.key" \
     --service-cluster-ip-range 10.0.0.0/24 "${node_flags[@]}" \
-    --token-auth-file "$state/pki/tokens.csv" --endpoint-reconciler-type none
+    --token-auth-file "$state/pki/tokens.csv" --endpoint-reconciler-type none \
+    --admission-control-config-file "$state/admission.yaml"
 
   kubeconfig "$state/kubeconfig" admin "$token"
   for _ in $(seq 1 120); do

@@ -79,9 +79,9 @@ done_step
 step "run the operator (webhook 127.0.0.1:$WEBHOOK_PORT)"
 bin/sidecar-operator run --kubeconfig .local/kubeconfig --webhook-addr "127.0.0.1:$WEBHOOK_PORT" \
   --metrics-bind-address "127.0.0.1:$METRICS_PORT" --health-probe-bind-address "127.0.0.1:$PROBE_PORT" \
-  > .local/operator.log 2>&1 &
+  --client-ca-file .local/pki/webhook-client-ca.crt > .local/operator.log 2>&1 &
 echo $! > .local/operator.pid
-ready() { kill -0 "$(cat .local/operator.pid)" && curl -sfk "https://127.0.0.1:$WEBHOOK_PORT/readyz"; }
+ready() { kill -0 "$(cat .local/operator.pid)" && curl -sf "http://127.0.0.1:$PROBE_PORT/readyz"; }
 wait_for 30 "the operator" ready || { cat .local/operator.log >&2; exit 1; }
 done_step
 

@@ -36,6 +36,7 @@ const (
 	tagPlaceholder        = "image-tag-placeholder"
 	labelKeyPlaceholder   = "admin-label-key-placeholder"
 	labelValuePlaceholder = "admin-label-value-placeholder"
+	clientCAPlaceholder   = "client-ca-placeholder"
 )
 
 var placeholders = []placeholder{
@@ -44,6 +45,7 @@ var placeholders = []placeholder{
 	{tagPlaceholder, ".Values.image.tag | default .Chart.AppVersion"},
 	{labelKeyPlaceholder, `first (splitList "=" .Values.networkPolicy.adminFromNamespaceLabel)`},
 	{labelValuePlaceholder, `last (splitList "=" .Values.networkPolicy.adminFromNamespaceLabel)`},
+	{clientCAPlaceholder, ".Values.clientCA"},
 }
 
 // option is a chart value that a manifests option implements.
@@ -63,6 +65,8 @@ var options = []option{
 		set: func(o *cli.ManifestOptions) { o.CertMode = "cert-manager" }},
 	{name: "--client-auth", guard: ".Values.clientAuth",
 		set: func(o *cli.ManifestOptions) { o.ClientAuth = true }},
+	{name: "--client-ca-file", guard: ".Values.clientCA",
+		set: func(o *cli.ManifestOptions) { o.ClientCA = clientCAPlaceholder }},
 	{name: "--failure-policy Ignore", guard: `eq .Values.webhook.failurePolicy "Ignore"`, changes: ".Values.webhook.failurePolicy",
 		set: func(o *cli.ManifestOptions) { o.FailurePolicy = admissionv1.Ignore }},
 	{name: "--admin-from-namespace-label", guard: ".Values.networkPolicy.adminFromNamespaceLabel",
@@ -231,6 +235,16 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 	resources.block = ".Values.resources"
 	manager.fields["imagePullPolicy"] = &node{guards: []string{".Values.image.pullPolicy"}, expr: ".Values.image.pullPolicy"}
 	policy.guards = []string{".Values.networkPolicy.enabled"}
+	// Where the apiserver cannot present a client certificate (most managed
+	// clusters), the webhook port is narrowed to the sources it calls from.
+	ingress, err := policy.at("spec", "ingress")
+	if err != nil {
+		return nil, err
+	}
+	if len(ingress.items) == 0 || ingress.items[0].fields["from"] != nil {
+		return nil, fmt.Errorf("the NetworkPolicy's first rule is not the webhook port's, from anywhere")
+	}
+	ingress.items[0].fields["from"] = &node{guards: []string{".Values.networkPolicy.webhookFrom"}, block: ".Values.networkPolicy.webhookFrom"}
 	// One replica's budget of minAvailable 1 would block every drain of its node.
 	budget.guards = []string{"gt (int .Values.replicas) 1"}
 	// helm uninstall leaves the CRD, and so every Sidecar; upgrades update it.

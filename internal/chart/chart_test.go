@@ -136,11 +136,14 @@ type manifestsValue struct {
 var manifestsValues = []manifestsValue{
 	{"certMode", map[string]any{"certMode": "cert-manager"}, func(o *cli.ManifestOptions) { o.CertMode = "cert-manager" }},
 	{"clientAuth", map[string]any{"clientAuth": true}, func(o *cli.ManifestOptions) { o.ClientAuth = true }},
+	{"clientCA", map[string]any{"clientCA": testCA}, func(o *cli.ManifestOptions) { o.ClientCA = testCA }},
 	{"webhook.failurePolicy", map[string]any{"webhook": map[string]any{"failurePolicy": "Ignore"}},
 		func(o *cli.ManifestOptions) { o.FailurePolicy = admissionv1.Ignore }},
 	{"networkPolicy.adminFromNamespaceLabel", map[string]any{"networkPolicy": map[string]any{"adminFromNamespaceLabel": "kubernetes.io/metadata.name=monitoring"}},
 		func(o *cli.ManifestOptions) { o.AdminFromNamespaceLabel = "kubernetes.io/metadata.name=monitoring" }},
 }
+
+const testCA = "-----BEGIN CERTIFICATE-----\nMIIBtest\n-----END CERTIFICATE-----\n"
 
 // merged is a, with b's entries, merging those both have.
 func merged(a, b map[string]any) map[string]any {
@@ -207,6 +210,7 @@ func TestChartOnlyValues(t *testing.T) {
 		policy     = "NetworkPolicy/ops/sidecar-operator"
 		budget     = "PodDisruptionBudget/ops/sidecar-operator"
 	)
+	apiserver := map[string]any{"ipBlock": map[string]any{"cidr": "172.16.0.0/28"}}
 	resources := map[string]any{"requests": map[string]any{"cpu": "1", "memory": "1Gi"}, "limits": map[string]any{"memory": "2Gi"}}
 	manager := func(objs objects) map[string]any {
 		spec := objs[deployment]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
@@ -233,6 +237,10 @@ func TestChartOnlyValues(t *testing.T) {
 		{"networkPolicy.enabled", map[string]any{"networkPolicy": map[string]any{"enabled": false}}, func(objs objects) {
 			delete(objs, policy)
 		}},
+		{"networkPolicy.webhookFrom", map[string]any{"networkPolicy": map[string]any{"webhookFrom": []any{apiserver}}}, func(objs objects) {
+			ingress := objs[policy]["spec"].(map[string]any)["ingress"].([]any)
+			ingress[0].(map[string]any)["from"] = []any{apiserver}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := renderChart(t, c, "ops", nil)
@@ -252,6 +260,7 @@ func TestSchemaRefusesWhatManifestsRefuses(t *testing.T) {
 		"label without value":  {"networkPolicy": map[string]any{"adminFromNamespaceLabel": "monitoring"}},
 		"label not a label":    {"networkPolicy": map[string]any{"adminFromNamespaceLabel": "team=a b"}},
 		"no replica":           {"replicas": 0},
+		"client CA not PEM":    {"clientCA": "ca.crt"},
 		"misspelt value":       {"replica": 3},
 		"misspelt image value": {"image": map[string]any{"pullpolicy": "Always"}},
 	} {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"regexp"
 	"runtime/debug"
@@ -63,6 +65,9 @@ type ManifestOptions struct {
 	AdminFromNamespaceLabel string
 	// ClientAuth has the webhook require the apiserver's client certificate.
 	ClientAuth bool
+	// ClientCA, PEM, is rendered as the ConfigMap sidecar-operator-client-ca
+	// that ClientAuth reads; empty, you create it.
+	ClientCA string
 	// FailurePolicy is the webhooks' failurePolicy: Fail (also when empty)
 	// or Ignore.
 	FailurePolicy admissionv1.FailurePolicyType
@@ -70,12 +75,23 @@ type ManifestOptions struct {
 
 func newManifestsCommand() *cobra.Command {
 	var o ManifestOptions
+	var clientCAFile string
 	cmd := &cobra.Command{
 		Use: "manifests [--namespace NS] [--image IMAGE] [--cert-mode self|cert-manager] [--admin-from-namespace-label KEY=VALUE] [--client-auth] " +
-			"[--failure-policy Fail|Ignore]",
+			"[--client-ca-file FILE] [--failure-policy Fail|Ignore]",
 		Short: "Print the install as YAML, rendered from the same kustomize tree as kubectl apply -k config/default",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if clientCAFile != "" {
+				data, err := os.ReadFile(clientCAFile)
+				if err != nil {
+					return fmt.Errorf("--client-ca-file: %w", err)
+				}
+				if block, _ := pem.Decode(data); block == nil || block.Type != "CERTIFICATE" {
+					return fmt.Errorf("--client-ca-file %s: not a PEM certificate", clientCAFile)
+				}
+				o.ClientCA = string(data)
+			}
 			out, err := RenderManifests(o)
 			if err != nil {
 				return err
@@ -92,7 +108,9 @@ func newManifestsCommand() *cobra.Command {
 	f.StringVar(&o.AdminFromNamespaceLabel, "admin-from-namespace-label", "",
 		"key=value: the NetworkPolicy admits the admin (metrics) port from namespaces with this label; by default from none")
 	f.BoolVar(&o.ClientAuth, "client-auth", false, "the webhook requires a client certificate from the apiserver, "+
-		"issued by the CA in ConfigMap sidecar-operator-client-ca (key ca.crt), which you create in --namespace")
+		"issued by the CA in ConfigMap sidecar-operator-client-ca (key ca.crt), which you create in --namespace or render with --client-ca-file")
+	f.StringVar(&clientCAFile, "client-ca-file", "", "PEM of the CA that issued the apiserver's client certificate, "+
+		"rendered as ConfigMap sidecar-operator-client-ca (with --client-auth)")
 	f.StringVar((*string)(&o.FailurePolicy), "failure-policy", string(webhookconfig.DefaultFailurePolicy),
 		"the webhooks' failurePolicy, and the operator's --failure-policy: Fail (no pod escapes injection) or Ignore")
 	return cmd
@@ -158,6 +176,19 @@ func RenderManifests(o ManifestOptions) ([]byte, error) {
 	if o.ClientAuth {
 		overlay.Components = append(overlay.Components, "../config/components/client-auth")
 	}
+	var extra map[string][]byte
+	if o.ClientCA != "" {
+		cm, err := yaml.Marshal(&corev1.ConfigMap{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Name: "sidecar-operator-client-ca", Namespace: o.Namespace},
+			Data:       map[string]string{"ca.crt": o.ClientCA},
+		})
+		if err != nil {
+			return nil, err
+		}
+		extra = map[string][]byte{"/overlay/client-ca.yaml": cm}
+		overlay.Resources = append(overlay.Resources, "client-ca.yaml")
+	}
 	switch o.FailurePolicy {
 	case "", webhookconfig.DefaultFailurePolicy:
 	case admissionv1.Ignore:
@@ -196,6 +227,11 @@ func RenderManifests(o ManifestOptions) ([]byte, error) {
 	mem, err := configTree(o.Namespace, cmp.Or(o.FailurePolicy, webhookconfig.DefaultFailurePolicy))
 	if err != nil {
 		return nil, err
+	}
+	for file, data := range extra {
+		if err := mem.WriteFile(file, data); err != nil {
+			return nil, err
+		}
 	}
 	return kustomize(mem, overlay)
 }

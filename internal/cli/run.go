@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/pullsecret"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
 	"github.com/sidecar-operator/sidecar-operator/internal/manager"
@@ -87,8 +86,6 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 		"Events told at once per Sidecar and reason for reviews from callers without a client certificate (see --client-ca-file); 0 tells none")
 	f.DurationVar(&opts.UnauthenticatedEvents.Interval, "unauthenticated-event-interval", webhook.DefaultEventLimit.Interval,
 		"after the burst, one such Event per Sidecar and reason this often; those held back are counted in the next")
-	f.IntVar(&opts.MaxAccessReviews, "max-access-reviews", authorship.DefaultMaxReviews,
-		"SubjectAccessReviews /validate-sidecars may ask for one Sidecar (a rule asks apiGroups x resources x verbs x resourceNames); more is denied")
 	f.StringVar(&opts.HealthProbeAddr, "health-probe-bind-address", ":8081",
 		"address for /healthz and /readyz in plain HTTP, apart from the webhook port (whose --client-ca-file kubelet cannot pass); 0 disables it")
 	f.StringVar(&opts.WebhookURL, "webhook-url", "", "base URL the apiserver calls outside a cluster (default https://<webhook-addr>)")

@@ -41,6 +41,12 @@ import (
 // the apiserver trusts what is served, and adds what keeps both current.
 func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls.Config, func(context.Context) error, error) {
 	publish := func(ctx context.Context, c client.Client, caBundle []byte) error {
+		// The policy first: Sidecars reach the webhook only once its
+		// configuration is published, and must never be admitted without
+		// their author judged.
+		if err := webhookconfig.EnsureAuthorPolicy(ctx, c); err != nil {
+			return err
+		}
 		mutating := webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)
 		if err := webhookconfig.EnsureMutating(ctx, c, mutating); err != nil {
 			return err

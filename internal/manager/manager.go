@@ -193,7 +193,8 @@ func addFleetControllers(
 	}
 	if err := (&pullsecret.Reconciler{
 		Client: mgr.GetClient(), Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.InjectedWith,
-		Policy: authorship.PullSecretPolicy{Namespaces: opts.PullSecretNamespaces}, Resync: opts.PullSecretResync, Log: log.WithName("pullsecrets"),
+		Policy: authorship.PullSecretPolicy{Namespaces: opts.PullSecretNamespaces}, Resync: opts.PullSecretResync,
+		Events: mgr.GetEventRecorder("sidecar-operator-pullsecrets"), Log: log.WithName("pullsecrets"),
 	}).SetupWithManager(mgr, keyChanges); err != nil {
 		return err
 	}

@@ -36,9 +36,6 @@ type Options struct {
 	// UnauthenticatedEvents limits the webhook's Events for callers without
 	// a client certificate; zero is webhook.DefaultEventLimit.
 	UnauthenticatedEvents webhook.EventLimit
-	// MaxAccessReviews bounds the SubjectAccessReviews /validate-sidecars
-	// asks for one Sidecar; zero is authorship.DefaultMaxReviews.
-	MaxAccessReviews int
 	// HealthProbeAddr serves /healthz and /readyz in plain HTTP, apart from
 	// the webhook port, whose client authentication kubelet cannot pass;
 	// empty or "0" disables it.
@@ -228,8 +225,6 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--unauthenticated-event-burst must not be negative, got %d", o.UnauthenticatedEvents.Burst)
 	case o.UnauthenticatedEvents.Interval < 0:
 		return fmt.Errorf("--unauthenticated-event-interval must not be negative, got %s", o.UnauthenticatedEvents.Interval)
-	case o.MaxAccessReviews < 0:
-		return fmt.Errorf("--max-access-reviews must not be negative, got %d", o.MaxAccessReviews)
 	}
 	return o.WebhookLimits.Validate()
 }

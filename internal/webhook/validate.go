@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -24,15 +23,19 @@ const (
 )
 
 // Validator serves the validating webhooks: Sidecars that cannot be injected
-// safely or grant what their author does not hold, and pods whose injection
-// record is forged or tampered with.
+// safely, and pods whose injection record is forged or tampered with. It
+// judges only what the review's object says, never who sent it: anyone who
+// reaches the port can forge a review's userInfo, so what the author holds is
+// judged by the apiserver (webhookconfig.AuthorPolicy), and nothing in an
+// answer depends on a user or on a Secret.
 type Validator struct {
 	Engines EngineSource
 	// Keys verifies records; nil (the standalone webhook, which grants
 	// nothing) checks only that claimed containers exist.
 	Keys KeySource
-	// Authors, when set, judges what a Sidecar's author may grant.
-	Authors         *authorship.Checker
+	// PullSecrets is where a Sidecar's pull secret may come from; nil (the
+	// standalone webhook, which copies nothing) allows anywhere.
+	PullSecrets     *authorship.PullSecretPolicy
 	NamespaceLabels inject.NamespaceLabelsFunc
 }
 
@@ -44,12 +47,11 @@ type review struct {
 	Request    *struct {
 		UID         string `json:"uid"`
 		Kind        groupVersionKind
-		SubResource string                    `json:"subResource"`
-		Namespace   string                    `json:"namespace"`
-		Operation   string                    `json:"operation"`
-		UserInfo    authenticationv1.UserInfo `json:"userInfo"`
-		Object      json.RawMessage           `json:"object"`
-		OldObject   json.RawMessage           `json:"oldObject"`
+		SubResource string          `json:"subResource"`
+		Namespace   string          `json:"namespace"`
+		Operation   string          `json:"operation"`
+		Object      json.RawMessage `json:"object"`
+		OldObject   json.RawMessage `json:"oldObject"`
 	} `json:"request"`
 }
 
@@ -116,13 +118,11 @@ func (v *Validator) validateSidecars(w http.ResponseWriter, r *http.Request, in 
 		return
 	}
 	errs := validation.Sidecar(&sc)
-	if v.Authors != nil {
-		authorErrs, err := v.Authors.Check(r.Context(), rv.Request.UserInfo, &sc, old)
-		if err != nil {
-			http.Error(w, "checking what the author holds: "+err.Error(), http.StatusServiceUnavailable)
-			return
+	// An update that keeps the spec (labels, finalizers) is not judged again.
+	if ref := sc.Spec.ImagePullSecret; ref != nil && v.PullSecrets != nil && (old == nil || !equality.Semantic.DeepEqual(&sc.Spec, &old.Spec)) {
+		if err := v.PullSecrets.AllowedNamespace(ref.Namespace); err != nil {
+			errs = append(errs, field.Forbidden(field.NewPath("spec", "imagePullSecret", "namespace"), err.Error()))
 		}
-		errs = append(errs, authorErrs...)
 	}
 	denial := ""
 	if len(errs) > 0 {

@@ -111,7 +111,8 @@ func TestHelmChartInstallsAnOperatorThatInjects(t *testing.T) {
 		}
 	}
 	for _, kind := range []string{"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment",
-		"Service", "PodDisruptionBudget", "NetworkPolicy", "ResourceQuota", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		"Service", "PodDisruptionBudget", "NetworkPolicy", "ResourceQuota", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
 		if kinds[kind] == 0 {
 			t.Errorf("the release has no %s: %v", kind, kinds)
 		}

@@ -11,11 +11,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +28,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
 	"github.com/sidecar-operator/sidecar-operator/internal/manager"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
@@ -130,7 +135,54 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if err := waitAuthorPolicy(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
+}
+
+// waitAuthorPolicy waits until the apiserver enforces the author policy
+// the operator made, so that the tests of authors do not run before it
+// judges them: a dry-run Sidecar granting secrets, by a user who may only
+// write Sidecars, is refused by it.
+func waitAuthorPolicy(ctx context.Context) error {
+	const user = "author-policy-probe"
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"sidecars"}, Verbs: []string{"create"}}},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			return err
+		}
+		defer func() { _ = k8s.Delete(ctx, obj) }()
+	}
+	impersonated := rest.CopyConfig(cfg)
+	impersonated.Impersonate = rest.ImpersonationConfig{UserName: user}
+	probe, err := client.New(impersonated, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		return err
+	}
+	var last error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		sc := &v1alpha1.Sidecar{
+			ObjectMeta: metav1.ObjectMeta{Name: "author-policy-probe"},
+			Spec: v1alpha1.SidecarSpec{
+				Containers: []corev1.Container{{Name: "probe", Image: "probe"}},
+				RBAC:       &v1alpha1.SidecarRBAC{Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}},
+			},
+		}
+		if last = probe.Create(ctx, sc, client.DryRunAll); last != nil && strings.Contains(last.Error(), webhookconfig.AuthorPolicyName) {
+			return nil
+		}
+	}
+	return fmt.Errorf("ValidatingAdmissionPolicy %s does not judge authors after a minute: %v", webhookconfig.AuthorPolicyName, last)
 }
 
 func zapLevel() zapcore.Level {

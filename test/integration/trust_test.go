@@ -619,12 +619,15 @@ func TestAttackOpaqueSecretAsPullSecret(t *testing.T) {
 		Data:       map[string][]byte{"password": []byte("hunter2")},
 	})
 	author := sidecarAuthor(t, authorSecretsUser, true)
+	grantClusterRule(t, authorSecretsUser, authorizationv1.ResourceAttributes{Verb: "create", Resource: "pods"},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create"}})
 	sc := agentSidecar(nil)
 	sc.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: operatorNamespace, Name: name}
-	err := authorCreate(t, author, sc)
-	if err != nil {
-		deniedNaming(t, err, "", "spec.imagePullSecret", string(corev1.SecretTypeOpaque))
-		return
+	// Admitted: the webhook's answer would tell anyone who can forge a review
+	// the Secret's type; the controller refuses to copy it, and says so on
+	// the Sidecar (TestReviewSigningKeyIsNeverAPullSecret).
+	if err := authorCreate(t, author, sc); err != nil {
+		t.Fatalf("an author who may get the Secret and create pods was refused: %v", err)
 	}
 	t.Logf("author-secrets created Sidecar %s copying Opaque Secret %s/%s", sc.Name, operatorNamespace, name)
 	waitServed(t, sc)
@@ -636,20 +639,22 @@ func TestAttackOpaqueSecretAsPullSecret(t *testing.T) {
 	// Barrier: a Sidecar with a real pull secret, injected into the same
 	// namespace afterwards; the pull secret controller copies for all
 	// Sidecars in one pass.
-	registry := createNamespace(t, nil)
+	// (Its source is in the operator's namespace, the only one of
+	// --pull-secret-namespaces.)
+	regcred := "regcred-" + rand.String(6)
 	createAdmin(t, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "regcred", Namespace: registry},
+		ObjectMeta: metav1.ObjectMeta{Name: regcred, Namespace: operatorNamespace},
 		Type:       corev1.SecretTypeDockerConfigJson,
 		Data:       dockerConfig("djE="),
 	})
 	fence := agentSidecar(nil)
-	fence.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: registry, Name: "regcred"}
+	fence.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: operatorNamespace, Name: regcred}
 	applyServed(t, fence)
 	if pod := createPod(t, fence, ns, ""); !injectedWith(pod, fence.Name) {
 		t.Fatalf("barrier pod not injected with %s: %v", fence.Name, pod.Annotations)
 	}
 	eventually(t, 20*time.Second, func() error {
-		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "regcred"}, &corev1.Secret{})
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: regcred}, &corev1.Secret{})
 	})
 
 	var copied corev1.Secret

@@ -16,7 +16,6 @@ package node
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -175,7 +174,7 @@ func setUp(down *teardown) error {
 	}); err != nil {
 		return fmt.Errorf("installing the CRD: %w", err)
 	}
-	return startOperator(cfg, down)
+	return startOperator(cfg, filepath.Join(cp.state, "pki", "webhook-client-ca.crt"), down)
 }
 
 // controlPlane is hack/control-plane.sh's control plane and node, kept
@@ -272,13 +271,15 @@ type operator struct {
 
 // startOperator runs the operator, its webhook reached through the gate.
 // failurePolicy Ignore, so that a closed gate admits pods without their
-// sidecars, as a real webhook outage would.
-func startOperator(cfg *rest.Config, down *teardown) error {
-	port, err := freePorts(1)
+// sidecars, as a real webhook outage would. The webhook requires the
+// apiserver's client certificate (clientCA, which hack/control-plane.sh
+// made), which passes through the gate; readiness is asked on the probe port.
+func startOperator(cfg *rest.Config, clientCA string, down *teardown) error {
+	port, err := freePorts(2)
 	if err != nil {
 		return err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr, probes := fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", port+1)
 	if webhook, err = openGate(addr); err != nil {
 		return err
 	}
@@ -298,11 +299,13 @@ func startOperator(cfg *rest.Config, down *teardown) error {
 			Certificates:      certrotation.Options{PublishDelay: time.Second},
 			WebhookConfigName: "sidecar-operator",
 			MetricsAddr:       "0",
+			ClientCAFile:      clientCA,
+			HealthProbeAddr:   probes,
 		})
 	}()
 	// Before the node goes: a stopping operator still writes to the apiserver.
 	down.add(op.stop)
-	return op.waitReady("https://" + addr)
+	return op.waitReady("http://" + probes)
 }
 
 func (o *operator) stop() {
@@ -319,7 +322,7 @@ func (o *operator) stop() {
 
 // waitReady waits for the operator's /readyz, or its early end.
 func (o *operator) waitReady(base string) error {
-	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback readiness probe
+	c := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		select {

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
@@ -42,6 +43,12 @@ import (
 // +kubebuilder:rbac:groups="",namespace=sidecar-operator-system,resources=secrets,verbs=get
 
 const (
+	// ReasonPullSecretNotCopied is the Warning Event on a Sidecar whose
+	// imagePullSecret does not exist or is not a registry credential. The
+	// controller tells the author, not the webhook: a webhook's answer would
+	// tell anyone who can forge a review whether a Secret exists, and its type.
+	ReasonPullSecretNotCopied = "PullSecretNotCopied"
+
 	// DefaultResync bounds how long a copy lags a change of its
 	// source, which is not watched: watching every Secret would cache them all.
 	DefaultResync = time.Minute
@@ -69,6 +76,9 @@ type Reconciler struct {
 	// Resync is how often copies are compared with their sources, which are
 	// not watched; zero means DefaultResync.
 	Resync time.Duration
+	// Events tells Sidecars why their pull secret is not copied; nil tells
+	// none. The recorder folds repeats, one per resync, into a series.
+	Events recorder.EventRecorder
 	Log    logr.Logger
 }
 
@@ -132,24 +142,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 	}
 
-	var errs []error
-	sources := map[v1alpha1.SecretReference]*corev1.Secret{}
+	sources, errs := r.judgeSources(ctx, sidecars.Items)
 	for key, ref := range want {
-		src, ok := sources[ref]
-		if !ok {
-			src = &corev1.Secret{}
-			if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, src); err != nil {
-				errs = append(errs, fmt.Errorf("imagePullSecret %s/%s: %w", ref.Namespace, ref.Name, err))
-				src = nil
-			} else if err := authorship.CheckPullSecretType(src); err != nil {
-				errs = append(errs, fmt.Errorf("imagePullSecret %s/%s not copied: %w", ref.Namespace, ref.Name, err))
-				src = nil
-			}
-			sources[ref] = src
+		src := sources[ref]
+		if src == nil || authorship.CheckPullSecretType(src) != nil {
+			continue
 		}
-		if src != nil {
-			errs = append(errs, r.applyCopy(ctx, key, ref, src))
-		}
+		errs = append(errs, r.applyCopy(ctx, key, ref, src))
 	}
 	copies := secrets.MetaList()
 	if err := r.Cache.List(ctx, copies, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: isCopy}); err != nil {
@@ -173,6 +172,49 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		r.Log.Error(err, "some pull secret copies are not in place", "retryIn", next)
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// judgeSources reads the source of every Sidecar's pull secret, copied or
+// not, so that its author learns at once that it cannot be: a source that
+// does not exist or is not a registry credential gets a Warning Event on the
+// Sidecar. A source that could not be read is nil, with its error.
+func (r *Reconciler) judgeSources(ctx context.Context, sidecars []v1alpha1.Sidecar) (map[v1alpha1.SecretReference]*corev1.Secret, []error) {
+	var errs []error
+	sources := map[v1alpha1.SecretReference]*corev1.Secret{}
+	for i := range sidecars {
+		sc := &sidecars[i]
+		ref := sc.Spec.ImagePullSecret
+		if ref == nil || !sc.DeletionTimestamp.IsZero() || r.Policy.AllowedNamespace(ref.Namespace) != nil {
+			continue
+		}
+		src, judged := sources[*ref]
+		if !judged {
+			src = &corev1.Secret{}
+			err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, src)
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("imagePullSecret %s/%s: %w", ref.Namespace, ref.Name, err))
+				sources[*ref] = nil
+				continue
+			}
+			if apierrors.IsNotFound(err) {
+				src = nil
+			}
+			sources[*ref] = src
+		}
+		problem := "it does not exist"
+		if src != nil {
+			err := authorship.CheckPullSecretType(src)
+			if err == nil {
+				continue
+			}
+			problem = err.Error()
+		}
+		if r.Events != nil {
+			r.Events.Eventf(sc, nil, corev1.EventTypeWarning, ReasonPullSecretNotCopied, "CopyPullSecret",
+				"imagePullSecret %s/%s is not copied: %s", ref.Namespace, ref.Name, problem)
+		}
+	}
+	return sources, errs
 }
 
 // applyCopy makes the copy at key hold src. The cache holds no data: a copy

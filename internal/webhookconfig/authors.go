@@ -1,0 +1,222 @@
+package webhookconfig
+
+import (
+	"context"
+	"fmt"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+// The policy is created if missing and updated only by name, like the
+// webhook configurations.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies,verbs=update,resourceNames=sidecar-operator-authors
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=update,resourceNames=sidecar-operator-authors
+
+// AuthorPolicyName names the ValidatingAdmissionPolicy that judges Sidecar
+// authors, and its binding.
+const AuthorPolicyName = "sidecar-operator-authors"
+
+// The apiserver charges 350,000 for each authorization check of a policy's
+// CEL, allows 1,000,000 per expression and 10,000,000 per binding and
+// request: 28 checks. The policy asks at most 2 (escalate and bind) +
+// MaxGrantedRequests + 1 (the pull secret) + MaxNamedNamespaces of them.
+const (
+	// MaxGrantedRequests bounds the requests a Sidecar's rules and
+	// clusterRules may allow, each rule's apiGroups × resources × verbs ×
+	// resourceNames plus nonResourceURLs × verbs: one check each.
+	MaxGrantedRequests = 16
+	// MaxNamedNamespaces is how many kubernetes.io/metadata.name values of a
+	// namespaceSelector are checked one by one; more are checked as every
+	// namespace.
+	MaxNamedNamespaces = 8
+	// maxQuoted bounds what a denial quotes of one value.
+	maxQuoted = 256
+)
+
+// AuthorPolicy is the ValidatingAdmissionPolicy, and its binding, with which
+// the apiserver judges the author of each Sidecar it admits: its CEL
+// authorizer asks as the user who sent the request, which no caller of the
+// webhook can forge. A Sidecar author may grant only what they hold
+// (Kubernetes' rule for Roles), unless they hold escalate and bind on
+// clusterroles; may have copied only a Secret they may get; and may inject
+// only where they may create pods. The apiserver reports the first
+// validation that fails, so each check is a validation of its own whose
+// message names what it found lacking.
+func AuthorPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: AuthorPolicyName},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{
+				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+					Rule: admissionv1.Rule{
+						APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{v1alpha1.GroupVersion.Version},
+						Resources: []string{"sidecars"}, Scope: ptr.To(admissionv1.ClusterScope),
+					},
+				}}},
+				// The apiserver's defaults, so that the stored object equals this one.
+				NamespaceSelector: &metav1.LabelSelector{},
+				ObjectSelector:    &metav1.LabelSelector{},
+				MatchPolicy:       ptr.To(admissionv1.Equivalent),
+			},
+			// An update that keeps the spec (labels, finalizers) grants nothing new.
+			MatchConditions: []admissionv1.MatchCondition{{
+				Name:       "spec-written",
+				Expression: "request.operation == 'CREATE' || oldObject.spec != object.spec",
+			}},
+			Variables:   authorVariables(),
+			Validations: authorValidations(),
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: AuthorPolicyName},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        AuthorPolicyName,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+		},
+	}
+	return policy, binding
+}
+
+// quoted is CEL for s, cut to maxQuoted bytes.
+func quoted(s string) string {
+	return fmt.Sprintf("(size(%[1]s) > %[2]d ? %[1]s.substring(0, %[2]d) + '…' : %[1]s)", s, maxQuoted)
+}
+
+func authorVariables() []admissionv1.Variable {
+	// Each rule as lists of strings (CEL's literals are of one type: dyn, as the object is to a policy): its
+	// path, apiGroups, resources, verbs, resourceNames ([""] for none) and
+	// nonResourceURLs.
+	rule := func(field string) string {
+		return fmt.Sprintf(`object.spec.?rbac.?%[1]s.orValue([]).transformList(i, r, {
+  'path': dyn(['spec.rbac.%[1]s[' + string(i) + ']']),
+  'groups': dyn(r.?apiGroups.orValue([])), 'resources': dyn(r.?resources.orValue([])), 'verbs': dyn(r.verbs),
+  'names': dyn(r.?resourceNames.orValue([]).size() == 0 ? [''] : r.resourceNames),
+  'urls': dyn(r.?nonResourceURLs.orValue([]))})`, field)
+	}
+	size := "(double(size(r.groups)) * double(size(r.resources)) * double(size(r.verbs)) * double(size(r.names)) + double(size(r.urls)) * double(size(r.verbs)))"
+	return []admissionv1.Variable{
+		{Name: "user", Expression: "request.userInfo.username"},
+		{Name: "rules", Expression: rule("rules") + " + " + rule("clusterRules")},
+		// In doubles: four long lists would overflow an int.
+		{Name: "requestCount", Expression: "variables.rules.map(r, " + size + ").sum()"},
+		// Every request the rules allow, each [path, group, resource, verb,
+		// name, nonResourceURL]: apiGroups × resources × verbs ×
+		// resourceNames, then nonResourceURLs × verbs. Wildcards stay
+		// literal: the authorizer allows "*" only to one who holds "*".
+		{Name: "requests", Expression: fmt.Sprintf(`variables.requestCount > %d.0 ? [] : variables.rules.map(r,
+  r.groups.map(g, r.resources.map(res, r.verbs.map(v, r.names.map(n, [string(r.path[0]), string(g), string(res), string(v), string(n), '']))))).flatten(4) +
+  variables.rules.map(r, r.urls.map(u, r.verbs.map(v, [string(r.path[0]), '', '', string(v), '', string(u)]))).flatten(2)`, MaxGrantedRequests)},
+		// Holding escalate and bind on clusterroles lets one write any role
+		// and bind it, as in Kubernetes; the operator does both for the author.
+		{Name: "unbounded", Expression: "authorizer.group('rbac.authorization.k8s.io').resource('clusterroles').check('escalate').allowed() && " +
+			"authorizer.group('rbac.authorization.k8s.io').resource('clusterroles').check('bind').allowed()"},
+		// The namespaces the Sidecar can select when its namespaceSelector
+		// names them (kubernetes.io/metadata.name, which the apiserver sets),
+		// and otherwise [""]: every namespace, present or future.
+		{Name: "namespaces", Expression: fmt.Sprintf(`!has(object.spec.namespaceSelector) ? [''] :
+  object.spec.namespaceSelector.?matchLabels.orValue({}).size() == 1 && object.spec.namespaceSelector.?matchExpressions.orValue([]).size() == 0 &&
+    '%[1]s' in object.spec.namespaceSelector.matchLabels ? [object.spec.namespaceSelector.matchLabels['%[1]s']] :
+  object.spec.namespaceSelector.?matchLabels.orValue({}).size() == 0 && object.spec.namespaceSelector.?matchExpressions.orValue([]).size() == 1 &&
+    object.spec.namespaceSelector.matchExpressions[0].key == '%[1]s' && object.spec.namespaceSelector.matchExpressions[0].operator == 'In' &&
+    object.spec.namespaceSelector.matchExpressions[0].?values.orValue([]).size() > 0 &&
+    object.spec.namespaceSelector.matchExpressions[0].values.size() <= %[2]d ? object.spec.namespaceSelector.matchExpressions[0].values :
+  ['']`, corev1.LabelMetadataName, MaxNamedNamespaces)},
+	}
+}
+
+func authorValidations() []admissionv1.Validation {
+	vs := make([]admissionv1.Validation, 0, 1+MaxGrantedRequests+1+MaxNamedNamespaces)
+	vs = append(vs, admissionv1.Validation{
+		Expression: fmt.Sprintf("variables.requestCount <= %d.0", MaxGrantedRequests),
+		Message:    fmt.Sprintf("spec.rbac: Forbidden: the rules and clusterRules of a Sidecar may allow at most %d requests", MaxGrantedRequests),
+		MessageExpression: fmt.Sprintf(`'spec.rbac: Forbidden: the rules and clusterRules allow ' + `+
+			`(variables.requestCount < 1000000.0 ? string(int(variables.requestCount)) : 'a million or more') + `+
+			`' requests (each rule\'s apiGroups × resources × verbs × resourceNames, and nonResourceURLs × verbs), `+
+			`more than the %d the apiserver can check for one Sidecar: use fewer names, or wildcards the author holds'`, MaxGrantedRequests),
+		Reason: ptr.To(metav1.StatusReasonForbidden),
+	})
+	for k := range MaxGrantedRequests {
+		r := fmt.Sprintf("variables.requests[%d]", k)
+		// "pods/exec" is resource pods, subresource exec.
+		resource := fmt.Sprintf(`authorizer.group(%[1]s[1]).resource(%[1]s[2].split('/', 2)[0])`+
+			`.subresource(%[1]s[2].contains('/') ? %[1]s[2].split('/', 2)[1] : '').name(%[1]s[4])`, r)
+		// As kubectl names it: "get pods/exec", "get deployments.apps web", "get /metrics".
+		text := fmt.Sprintf(`(%[1]s[5] != '' ? %[1]s[3] + ' ' + %[1]s[5] : `+
+			`%[1]s[3] + ' ' + %[1]s[2] + (%[1]s[1] != '' ? '.' + %[1]s[1] : '') + (%[1]s[4] != '' ? ' ' + %[1]s[4] : ''))`, r)
+		vs = append(vs, admissionv1.Validation{
+			Expression: fmt.Sprintf("size(variables.requests) <= %[1]d || variables.unbounded || "+
+				"(%[2]s[5] != '' ? authorizer.path(%[2]s[5]).check(%[2]s[3]).allowed() : %[3]s.check(%[2]s[3]).allowed())", k, r, resource),
+			Message: "spec.rbac: Forbidden: the author does not hold a request this Sidecar grants, " +
+				"and a Sidecar grants only what its author holds cluster-wide (or holds escalate and bind on clusterroles)",
+			MessageExpression: fmt.Sprintf(`%[1]s[0] + ': Forbidden: ' + %[2]s + ' does not hold ' + %[3]s + `+
+				`', and a Sidecar grants only what its author holds cluster-wide (or holds escalate and bind on clusterroles)'`, r, quoted("variables.user"), quoted(text)),
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		})
+	}
+	secret := "object.spec.imagePullSecret"
+	vs = append(vs, admissionv1.Validation{
+		Expression: fmt.Sprintf("!has(%[1]s) || authorizer.group('').resource('secrets').namespace(%[1]s.namespace).name(%[1]s.name).check('get').allowed()", secret),
+		Message:    "spec.imagePullSecret: Forbidden: the author may not get the Secret, so may not have it copied",
+		MessageExpression: fmt.Sprintf(`'spec.imagePullSecret: Forbidden: ' + %s + ' may not get Secret ' + %s + ', so may not have it copied'`,
+			quoted("variables.user"), quoted(secret+".namespace + '/' + "+secret+".name")),
+		Reason: ptr.To(metav1.StatusReasonForbidden),
+	})
+	for k := range MaxNamedNamespaces {
+		ns := fmt.Sprintf("variables.namespaces[%d]", k)
+		vs = append(vs, admissionv1.Validation{
+			Expression: fmt.Sprintf("size(variables.namespaces) <= %d || authorizer.group('').resource('pods').namespace(%s).check('create').allowed()", k, ns),
+			Message: "spec.namespaceSelector: Forbidden: the author may not create pods " +
+				"where this Sidecar would run its containers with the pods' ServiceAccounts and Secrets",
+			MessageExpression: fmt.Sprintf(`'spec.namespaceSelector: Forbidden: ' + %s + ' may not create pods ' + `+
+				`(%s == '' ? 'in every namespace (namespaceSelector is not a list of at most %d %s values)' : 'in namespace ' + %s) + `+
+				`', where this Sidecar would run its containers with the pods\' ServiceAccounts and Secrets'`,
+				quoted("variables.user"), ns, MaxNamedNamespaces, corev1.LabelMetadataName, ns),
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		})
+	}
+	return vs
+}
+
+// EnsureAuthorPolicy creates the policy and its binding, or brings them to
+// want, keeping their metadata.
+func EnsureAuthorPolicy(ctx context.Context, c client.Client) error {
+	policy, binding := AuthorPolicy()
+	var havePolicy admissionv1.ValidatingAdmissionPolicy
+	switch err := c.Get(ctx, client.ObjectKeyFromObject(policy), &havePolicy); {
+	case apierrors.IsNotFound(err):
+		if err := c.Create(ctx, policy); err != nil {
+			return err
+		}
+	case err != nil:
+		return fmt.Errorf("reading ValidatingAdmissionPolicy %s: %w", policy.Name, err)
+	case !equality.Semantic.DeepEqual(havePolicy.Spec, policy.Spec):
+		havePolicy.Spec = policy.Spec
+		if err := c.Update(ctx, &havePolicy); err != nil {
+			return err
+		}
+	}
+	var haveBinding admissionv1.ValidatingAdmissionPolicyBinding
+	switch err := c.Get(ctx, client.ObjectKeyFromObject(binding), &haveBinding); {
+	case apierrors.IsNotFound(err):
+		return c.Create(ctx, binding)
+	case err != nil:
+		return fmt.Errorf("reading ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
+	case !equality.Semantic.DeepEqual(haveBinding.Spec, binding.Spec):
+		haveBinding.Spec = binding.Spec
+		return c.Update(ctx, &haveBinding)
+	}
+	return nil
+}
