@@ -21,9 +21,18 @@ func TestAttackMapFormattingEscapesTheCaps(t *testing.T) {
 	for _, args := range []int{1, 4} {
 		// Behind a parameter, so that the trial run does not refuse it.
 		src := "{{if .Parameters.p}}{{printf \"" + strings.Repeat("%64v", args) + "\"" + strings.Repeat(" .Pod.Annotations", args) + "}}{{end}}"
-		e := mustEngine(t, sidecar("a", func(s *v1alpha1.SidecarSpec) {
+		_, err := New([]v1alpha1.Sidecar{sidecar("a", func(s *v1alpha1.SidecarSpec) {
 			s.Parameters = []v1alpha1.Parameter{{Name: "p", Annotation: "a/p"}}
 			s.Containers[0].Image = src
+			byLabel("app", "web")(s)
+		})})
+		if err == nil || !strings.Contains(err.Error(), ".Pod.Annotations is read with index") {
+			t.Fatalf("printing the pod's annotations was not refused at admission: %v", err)
+		}
+		// A map printed whole still costs nothing: it prints as a description.
+		e := mustEngine(t, sidecar("a", func(s *v1alpha1.SidecarSpec) {
+			s.Parameters = []v1alpha1.Parameter{{Name: "p", Annotation: "a/p"}}
+			s.Containers[0].Image = "{{if .Parameters.p}}{{ with .Parameters }}" + strings.Repeat("{{.}}", args) + "{{end}}{{end}}"
 			byLabel("app", "web")(s)
 		}))
 		ann := map[string]any{"a/p": "on"}

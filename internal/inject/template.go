@@ -101,6 +101,7 @@ var podMaps = map[string]bool{"Labels": true, "Annotations": true}
 // comparisons and logic, and pure string functions whose results are
 // bounded by MaxValueLength. print and printf replace text/template's own.
 var templateFuncs = template.FuncMap{
+	"index":      boundedIndex,
 	"print":      boundedPrint,
 	"printf":     boundedPrintf,
 	"default":    defaultValue,
@@ -114,7 +115,7 @@ var templateFuncs = template.FuncMap{
 // builtinFuncs are text/template's own functions that a template may call:
 // none loops, and none returns more than it was given.
 var builtinFuncs = map[string]bool{"and": true, "or": true, "not": true, "eq": true, "ne": true, "lt": true, "le": true,
-	"gt": true, "ge": true, "len": true, "index": true}
+	"gt": true, "ge": true, "len": true}
 
 func compileStringTemplate(src string, params map[string]bool) (*stringTemplate, error) {
 	if len(src) > MaxTemplateLength {
@@ -271,13 +272,15 @@ func (c *templateChecker) pipe(p *parse.PipeNode, depth int) {
 					c.fail("printf format %s: %v", s.Quoted, err)
 				}
 			}
+			// The pod's maps are read a key at a time, each value bounded.
+			mapOK := id.Ident == "index" || id.Ident == "len"
 			for _, a := range cmd.Args[1:] {
-				c.arg(a, depth)
+				c.arg(a, depth, mapOK)
 			}
 			continue
 		}
 		for _, a := range cmd.Args {
-			c.arg(a, depth)
+			c.arg(a, depth, false)
 		}
 	}
 }
@@ -288,17 +291,21 @@ func (c *templateChecker) function(name string) {
 	}
 }
 
-func (c *templateChecker) arg(n parse.Node, depth int) {
+func (c *templateChecker) arg(n parse.Node, depth int, mapOK bool) {
 	c.nodes++
 	switch n := n.(type) {
 	case *parse.FieldNode:
-		c.field(n.Ident)
+		c.field(n.Ident, mapOK)
 	case *parse.VariableNode:
 		if n.Ident[0] != "$" {
 			c.fail("variables are not allowed: %s", n)
 			return
 		}
-		c.field(n.Ident[1:])
+		if len(n.Ident) == 1 {
+			c.fail("$ is allowed only before a field: $.Parameters.<name>, $.Pod.<field>")
+			return
+		}
+		c.field(n.Ident[1:], mapOK)
 	case *parse.IdentifierNode:
 		c.function(n.Ident)
 	case *parse.PipeNode:
@@ -312,9 +319,11 @@ func (c *templateChecker) arg(n parse.Node, depth int) {
 }
 
 // field checks a reference from the root: .Parameters.<declared>,
-// .Pod.<field> or .Pod.Labels.<key>. Inside with, "." is a string: its
+// .Pod.<field>, and .Pod.Labels or .Pod.Annotations only where mapOK (as
+// index's or len's argument), so that a template reads the pod creator's
+// maps one bounded value at a time. Inside with, "." is a string: its
 // fields fail the trial run.
-func (c *templateChecker) field(ident []string) {
+func (c *templateChecker) field(ident []string, mapOK bool) {
 	if len(ident) == 0 {
 		return
 	}
@@ -324,8 +333,14 @@ func (c *templateChecker) field(ident []string) {
 			c.fail("refers to undefined parameter %q", ident[1])
 		}
 	case "Pod":
-		if len(ident) >= 2 {
-			if _, ok := podFields[ident[1]]; !ok && !podMaps[ident[1]] {
+		switch {
+		case len(ident) == 1:
+			c.fail(".Pod is allowed only with a field: .Pod.Name, .Pod.GenerateName, .Pod.Namespace, .Pod.Labels, .Pod.Annotations")
+		case podMaps[ident[1]] && (len(ident) > 2 || !mapOK):
+			c.fail(".Pod.%s is read with index: index .Pod.%s \"key\"", ident[1], ident[1])
+		case podMaps[ident[1]]:
+		default:
+			if _, ok := podFields[ident[1]]; !ok {
 				c.fail("can't evaluate field %s: .Pod has Name, GenerateName, Namespace, Labels and Annotations", ident[1])
 			}
 		}
@@ -444,6 +459,17 @@ func boundedPrint(args ...any) (string, error) {
 		return "", err
 	}
 	return w.b.String(), nil
+}
+
+// boundedIndex reads one value of a map of the pod's, or of the
+// parameters: the pod creator's annotations are as long as the review, so
+// a value is held to the cap of a parameter's before any function sees it.
+func boundedIndex(m podMap, key string) (string, error) {
+	v := m[key]
+	if len(v) > MaxParameterValueLength {
+		return "", fmt.Errorf("the value of %q is %d bytes long, over the %d-byte cap of a value a template reads", key, len(v), MaxParameterValueLength)
+	}
+	return v, nil
 }
 
 // defaultValue is v, or def when v is empty: {{ .Parameters.x | default "y" }}.

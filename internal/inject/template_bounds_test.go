@@ -26,6 +26,11 @@ func TestTemplateConstructsOutsideTheLanguageAreRefused(t *testing.T) {
 		"printf argument indexes":        {`{{printf "%[1]s%[1]s" "a"}}`, "argument indexes"},
 		"printf format from a parameter": {`{{printf .Parameters.p "a"}}`, "printf's format must be a quoted constant"},
 		"printf format from a pipeline":  {`{{"%0999999d" | printf}}`, "printf's format must be a quoted constant"},
+		"a map printed":                  {`{{.Pod.Annotations}}`, `.Pod.Annotations is read with index`},
+		"a map's key as a field":         {`{{.Pod.Labels.app}}`, `.Pod.Labels is read with index`},
+		"a map as with's value":          {`{{with .Pod.Labels}}{{.app}}{{end}}`, `.Pod.Labels is read with index`},
+		"the pod":                        {`{{with .Pod}}{{.Name}}{{end}}`, `.Pod is allowed only with a field`},
+		"the root as a variable":         {`{{with $}}{{.Pod.Name}}{{end}}`, `$ is allowed only before a field`},
 		"variables":                      {`{{$x := .Parameters.p}}{{$x}}`, "variables are not allowed"},
 		"template calls":                 {`{{define "a"}}x{{end}}{{template "a"}}`, "template calls are not allowed"},
 		"unknown function":               {`{{js .Parameters.p}}`, `function "js" is not allowed`},
@@ -71,7 +76,7 @@ func TestTemplateLanguageRenders(t *testing.T) {
 		{`{{ .Parameters.p | lower | trim }}{{/* a comment */}}`, "v"},
 		{`{{ with $.Pod.Namespace }}{{ $.Parameters.p }}/{{ . }}{{ end }}`, "v/ns"},
 		// Printed whole, the data, the pod and their maps are descriptions.
-		{`{{ .Pod.Labels }} {{ . }} {{ .Pod }}`, "<map of 1> <template data> <pod>"},
+		{`{{ . }} {{ .Parameters }}`, "<template data> <map of 2>"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.src, func(t *testing.T) {
