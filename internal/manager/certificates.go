@@ -95,12 +95,16 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 		isConfig := predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetName() == opts.WebhookConfigName || o.GetName() == opts.ValidatingConfigName
 		})
+		isAuthorPolicy := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == webhookconfig.AuthorPolicyName })
 		if err := ctrl.NewControllerManagedBy(mgr).
 			Named("certificate-rotator").
 			Watches(secrets.Meta(), watch.Constant(secret), builder.WithPredicates(isSecret)).
 			// Someone else's write to the configuration, a GitOps sync say, is repaired.
 			Watches(&admissionv1.MutatingWebhookConfiguration{}, watch.Constant(secret), builder.WithPredicates(isConfig)).
 			Watches(&admissionv1.ValidatingWebhookConfiguration{}, watch.Constant(secret), builder.WithPredicates(isConfig)).
+			// Without the author policy, Sidecars are admitted with their authors unjudged.
+			Watches(&admissionv1.ValidatingAdmissionPolicy{}, watch.Constant(secret), builder.WithPredicates(isAuthorPolicy)).
+			Watches(&admissionv1.ValidatingAdmissionPolicyBinding{}, watch.Constant(secret), builder.WithPredicates(isAuthorPolicy)).
 			WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 				q.Add(reconcile.Request{NamespacedName: secret}) // the first pass creates the Secret
 				return nil

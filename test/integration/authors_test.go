@@ -217,3 +217,40 @@ func TestAuthorPolicyIsStoredAsTheOperatorWantsIt(t *testing.T) {
 		t.Errorf("the stored binding differs from the operator's:\n%+v\nwant\n%+v", haveBinding.Spec, binding.Spec)
 	}
 }
+
+// TestAuthorPolicyComesBackWhenRemoved: with the binding deleted, or the
+// policy told to ignore its failures, Sidecars would be admitted with their
+// authors unjudged. The operator watches both and puts them back.
+func TestAuthorPolicyComesBackWhenRemoved(t *testing.T) {
+	ctx := context.Background()
+	policy, binding := webhookconfig.AuthorPolicy()
+	var have admissionv1.ValidatingAdmissionPolicy
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(policy), &have); err != nil {
+		t.Fatal(err)
+	}
+	ignore := admissionv1.Ignore
+	have.Spec.FailurePolicy = &ignore
+	if err := k8s.Update(ctx, &have); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, binding.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		var p admissionv1.ValidatingAdmissionPolicy
+		var b admissionv1.ValidatingAdmissionPolicyBinding
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(binding), &b); err != nil {
+			return fmt.Errorf("the binding: %w", err)
+		}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(policy), &p); err != nil {
+			return err
+		}
+		if !equality.Semantic.DeepEqual(p.Spec, policy.Spec) {
+			return fmt.Errorf("the policy's failurePolicy is still %s", *p.Spec.FailurePolicy)
+		}
+		return nil
+	})
+	if err := waitAuthorPolicy(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
