@@ -40,7 +40,8 @@ func TestAttackRenderCPUOverLongAnnotations(t *testing.T) {
 		}
 		t.Logf("annotations of %d KiB, review %d KiB, %d templates of %d bytes: rendering took %s, denial %.200q, patch %d bytes",
 			size>>10, len(raw)>>10, envs, len(cmp), took, res.Denial, len(res.Patch))
-		if took > 100*time.Millisecond || !strings.Contains(res.Denial, `the value of "a" is`) || !strings.Contains(res.Denial, "4096-byte cap") {
+		// Decoding the review is most of it, under the race detector too.
+		if took > time.Second || !strings.Contains(res.Denial, `the value of "a" is`) || !strings.Contains(res.Denial, "4096-byte cap") {
 			t.Errorf("a pod with %d KiB annotations took %s, denial %q", size>>10, took, res.Denial)
 		}
 	}

@@ -29,7 +29,7 @@ func TestAttackForgedReviewOutgrowsItsCharge(t *testing.T) {
 	// Behind a parameter, so that the trial run does not refuse it.
 	sc.Spec.Parameters = []v1alpha1.Parameter{{Name: "p", Annotation: "a/p"}}
 	sc.Spec.Containers = []corev1.Container{{Name: "a",
-		Image: "{{if .Parameters.p}}{{printf \"" + strings.Repeat("%64v", args) + "\"" + strings.Repeat(" .Pod.Annotations", args) + "}}{{end}}"}}
+		Image: "{{if .Parameters.p}}{{printf \"" + strings.Repeat("% x", args) + "\"" + strings.Repeat(` (index .Pod.Annotations "big")`, args) + "}}{{end}}"}}
 	e, err := inject.New([]v1alpha1.Sidecar{sc})
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +37,7 @@ func TestAttackForgedReviewOutgrowsItsCharge(t *testing.T) {
 	m := &Mutator{Engines: StaticEngine{E: e}, NamespaceLabels: inject.DefaultNamespaceLabels, Log: logr.Discard()}
 	h := (&Server{Mutator: m, Log: logr.Discard()}).Handler()
 
-	ann := map[string]string{"a/p": "on"}
+	ann := map[string]string{"a/p": "on", "big": strings.Repeat("x", 1<<20)}
 	for i := range 100000 {
 		ann[fmt.Sprintf("k%06d", i)] = ""
 	}
