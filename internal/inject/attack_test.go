@@ -40,22 +40,7 @@ func TestAttackMapFormattingEscapesTheCaps(t *testing.T) {
 			ann[fmt.Sprintf("k%06d", i)] = ""
 		}
 		raw := pod(map[string]any{"labels": map[string]any{"app": "web"}, "annotations": ann}, nil)
-		var view PodView
-		if err := DecodePodView(raw, &view); err != nil {
-			t.Fatal(err)
-		}
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		start := time.Now()
-		res, err := e.InjectView(time.Now().Add(time.Second), &view, "ns", DefaultNamespaceLabels, PodVolumesFromJSON(raw), nil, nil)
-		took := time.Since(start)
-		runtime.ReadMemStats(&after)
-		t.Logf("%d args: review body %d bytes; rendering took %s, allocated %d MiB; err=%v; denial=%.200q",
-			args, len(raw), took, (after.TotalAlloc-before.TotalAlloc)>>20, err, res.Denial)
-		if alloc := (after.TotalAlloc - before.TotalAlloc) >> 20; alloc > 64 || took > 2*time.Second {
-			t.Errorf("rendering one pod allocated %d MiB and took %s: the caps promise 16 KiB a value and 256 KiB a pod, checked while writing", alloc, took)
-		}
+		injectBounded(t, e, raw, fmt.Sprintf("%d args", args))
 	}
 }
 
@@ -70,22 +55,7 @@ func TestAttackAnnotationValueBypassesTheParameterCap(t *testing.T) {
 		byLabel("app", "web")(s)
 	}))
 	raw := pod(map[string]any{"labels": map[string]any{"app": "web"}, "annotations": map[string]any{"a/x": strings.Repeat("x", 2<<20)}}, nil)
-	var view PodView
-	if err := DecodePodView(raw, &view); err != nil {
-		t.Fatal(err)
-	}
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	start := time.Now()
-	res, err := e.InjectView(time.Now().Add(time.Second), &view, "ns", DefaultNamespaceLabels, PodVolumesFromJSON(raw), nil, nil)
-	took := time.Since(start)
-	runtime.ReadMemStats(&after)
-	t.Logf("%d args: review body %d bytes; rendering took %s, allocated %d MiB; err=%v; denial=%.160q",
-		args, len(raw), took, (after.TotalAlloc-before.TotalAlloc)>>20, err, res.Denial)
-	if alloc := (after.TotalAlloc - before.TotalAlloc) >> 20; alloc > 64 || took > 2*time.Second {
-		t.Errorf("rendering one pod allocated %d MiB and took %s: the caps promise 16 KiB a value and 256 KiB a pod, checked while writing", alloc, took)
-	}
+	injectBounded(t, e, raw, "8 args")
 }
 
 // TestReviewAttackFastPathConcatenatesBeforeTheCap: a template of plain
@@ -100,22 +70,7 @@ func TestAttackFastPathConcatenatesBeforeTheCap(t *testing.T) {
 		byLabel("app", "web")(s)
 	}))
 	raw := pod(map[string]any{"generateName": strings.Repeat("x", 3<<20), "labels": map[string]any{"app": "web"}}, nil)
-	var view PodView
-	if err := DecodePodView(raw, &view); err != nil {
-		t.Fatal(err)
-	}
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	start := time.Now()
-	res, err := e.InjectView(time.Now().Add(time.Second), &view, "ns", DefaultNamespaceLabels, PodVolumesFromJSON(raw), nil, nil)
-	took := time.Since(start)
-	runtime.ReadMemStats(&after)
-	t.Logf("review body %d bytes; rendering took %s, allocated %d MiB; err=%v; denial=%.160q",
-		len(raw), took, (after.TotalAlloc-before.TotalAlloc)>>20, err, res.Denial)
-	if alloc := (after.TotalAlloc - before.TotalAlloc) >> 20; alloc > 64 || took > 2*time.Second {
-		t.Errorf("rendering one pod allocated %d MiB and took %s: the caps promise 16 KiB a value and 256 KiB a pod, checked while writing", alloc, took)
-	}
+	injectBounded(t, e, raw, "a 3 MiB generateName")
 }
 
 // TestReviewAttackAppMountsMultiplyByContainers: appVolumeMounts are added
@@ -137,22 +92,7 @@ func TestAttackAppMountsMultiplyByContainers(t *testing.T) {
 		cs = append(cs, map[string]any{"name": fmt.Sprintf("c%d", i)})
 	}
 	raw := pod(map[string]any{"labels": map[string]any{"app": "web"}}, map[string]any{"containers": cs})
-	var view PodView
-	if err := DecodePodView(raw, &view); err != nil {
-		t.Fatal(err)
-	}
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	start := time.Now()
-	res, err := e.InjectView(time.Now().Add(time.Second), &view, "ns", DefaultNamespaceLabels, PodVolumesFromJSON(raw), nil, nil)
-	took := time.Since(start)
-	runtime.ReadMemStats(&after)
-	t.Logf("review body %d KiB with %d containers; took %s, allocated %d MiB; patch %d MiB; err=%v; denial=%.160q",
-		len(raw)>>10, containers, took, (after.TotalAlloc-before.TotalAlloc)>>20, len(res.Patch)>>20, err, res.Denial)
-	if alloc := (after.TotalAlloc - before.TotalAlloc) >> 20; alloc > 64 || took > 2*time.Second {
-		t.Errorf("rendering one pod allocated %d MiB and took %s: the limiter charged about 10 MiB for this review; nothing bounds the patch", alloc, took)
-	}
+	injectBounded(t, e, raw, fmt.Sprintf("%d containers", containers))
 }
 
 // TestAttackTemplatedContainerName: a container named by a template would
@@ -165,5 +105,29 @@ func TestAttackTemplatedContainerName(t *testing.T) {
 	})})
 	if err == nil || !strings.Contains(err.Error(), `spec.containers[0].name: "{{ .Pod.Namespace }}-agent": a container's name cannot be a template`) {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// injectBounded injects raw as the webhook would, with a second's deadline,
+// and fails the test if that allocated over 64 MiB or took over 2 s: the
+// caps promise 16 KiB a value and 256 KiB a pod, checked while writing.
+func injectBounded(t *testing.T, e *Engine, raw []byte, what string) {
+	t.Helper()
+	var view PodView
+	if err := DecodePodView(raw, &view); err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	res, err := e.InjectView(time.Now().Add(time.Second), &view, "ns", DefaultNamespaceLabels, PodVolumesFromJSON(raw), nil, nil)
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	alloc := (after.TotalAlloc - before.TotalAlloc) >> 20
+	t.Logf("%s: review body %d KiB; took %s, allocated %d MiB; patch %d KiB; err=%v; denial=%.200q",
+		what, len(raw)>>10, took, alloc, len(res.Patch)>>10, err, res.Denial)
+	if alloc > 64 || took > 2*time.Second {
+		t.Errorf("%s: injecting one pod allocated %d MiB and took %s", what, alloc, took)
 	}
 }

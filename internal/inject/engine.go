@@ -184,7 +184,7 @@ func (p *plan) appMount(m appMount) corev1.VolumeMount {
 // planFor decides what to inject. podVolume returns a volume of the pod by
 // name, for comparing a Sidecar volume with a pod volume of the same name.
 func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolume func(string) (*corev1.Volume, error)) *plan {
-	p := &plan{budget: newRenderBudget()}
+	p := &plan{}
 	p.selected = p.selectedBuf[:0]
 	e.fill(p, pod, namespace, nsLabels, podVolume)
 	return p

@@ -90,11 +90,12 @@ func (e *Engine) Explain(pod *corev1.Pod, namespace string, nsLabels NamespaceLa
 	for i := range t.list {
 		t.byName[t.list[i].Sidecar] = &t.list[i]
 	}
-	p := &plan{trace: t, budget: newRenderBudget()}
+	p := &plan{trace: t}
 	p.selected = p.selectedBuf[:0]
 	e.fill(p, viewOfPod(pod), namespace, nsLabels, podVolume(pod))
 	if len(p.denials) == 0 {
 		// Rendering can deny too: past a cap, or a template that fails.
+		p.budget.refill()
 		var scratch []byte
 		for i := range p.selected {
 			s := &p.selected[i]

@@ -5,7 +5,9 @@ import (
 	encjson "encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
+	"strconv"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -94,7 +96,7 @@ var podFields = map[string]templateField{
 	"Namespace":    fieldPodNamespace,
 }
 
-// podMaps are the fields of .Pod that hold maps, read with index or a key.
+// podMaps are the fields of .Pod that hold maps, read with index or len.
 var podMaps = map[string]bool{"Labels": true, "Annotations": true}
 
 // templateFuncs are the functions a template may call: text/template's
@@ -374,7 +376,7 @@ func checkFormat(format string) error {
 			if i-start > 9 {
 				return fmt.Errorf("a %s of %d digits is over %d", what, i-start, maxFormatNumber)
 			}
-			if n := atoi(format[start:i]); n > maxFormatNumber {
+			if n, _ := strconv.Atoi(format[start:i]); n > maxFormatNumber {
 				return fmt.Errorf("%s %d is over %d", what, n, maxFormatNumber)
 			}
 		}
@@ -389,14 +391,6 @@ func checkFormat(format string) error {
 		}
 	}
 	return nil
-}
-
-func atoi(digits string) int {
-	n := 0
-	for _, d := range digits {
-		n = n*10 + int(d-'0')
-	}
-	return n
 }
 
 // mapBounded applies f, which may grow s (invalid UTF-8 triples), to s of
@@ -440,22 +434,21 @@ func boundedPrintf(format string, args ...any) (string, error) {
 	if err := checkFormat(format); err != nil {
 		return "", fmt.Errorf("printf format %q: %w", format, err)
 	}
-	if err := checkArgs(args); err != nil {
-		return "", err
-	}
-	w := valueWriter{limit: MaxValueLength}
-	if _, err := fmt.Fprintf(&w, format, args...); err != nil {
-		return "", err
-	}
-	return w.b.String(), nil
+	return boundedFormat(args, func(w io.Writer) error { _, err := fmt.Fprintf(w, format, args...); return err })
 }
 
 func boundedPrint(args ...any) (string, error) {
+	return boundedFormat(args, func(w io.Writer) error { _, err := fmt.Fprint(w, args...); return err })
+}
+
+// boundedFormat checks args, then formats them with format into a value
+// that stops at MaxValueLength.
+func boundedFormat(args []any, format func(io.Writer) error) (string, error) {
 	if err := checkArgs(args); err != nil {
 		return "", err
 	}
 	w := valueWriter{limit: MaxValueLength}
-	if _, err := fmt.Fprint(&w, args...); err != nil {
+	if err := format(&w); err != nil {
 		return "", err
 	}
 	return w.b.String(), nil
@@ -480,6 +473,9 @@ func defaultValue(def, v string) string {
 	return v
 }
 
+// errDeadline stops rendering past the review's deadline.
+var errDeadline = errors.New("rendering stopped at the review's deadline")
+
 // capError is what rendering returns past a cap.
 type capError struct{ limit int }
 
@@ -500,7 +496,7 @@ func (w *valueWriter) Write(p []byte) (int, error) {
 		return 0, capError{w.limit}
 	}
 	if !w.deadline.IsZero() && time.Now().After(w.deadline) {
-		return 0, errors.New("rendering stopped at the review's deadline")
+		return 0, errDeadline
 	}
 	return w.b.Write(p)
 }
@@ -512,11 +508,11 @@ type renderBudget struct {
 	deadline time.Time // zero: none
 }
 
-func newRenderBudget() renderBudget {
-	return renderBudget{left: MaxRenderedBytes}
-}
-
+// refill starts a rendering pass.
 func (b *renderBudget) refill() { b.left = MaxRenderedBytes }
+
+// errPodCap is what a value past the pod's remaining budget returns.
+var errPodCap = fmt.Errorf("with the Sidecars' other values, %w of a pod's rendered templates", capError{MaxRenderedBytes})
 
 // take charges n bytes of rendered value.
 func (b *renderBudget) take(n int) error {
@@ -524,7 +520,7 @@ func (b *renderBudget) take(n int) error {
 		return capError{MaxValueLength}
 	}
 	if n > b.left {
-		return fmt.Errorf("with the Sidecars' other values, %w of a pod's rendered templates", capError{MaxRenderedBytes})
+		return errPodCap
 	}
 	b.left -= n
 	return nil
@@ -534,13 +530,13 @@ func (b *renderBudget) take(n int) error {
 func (t *stringTemplate) appendQuoted(dst []byte, data *renderData) ([]byte, error) {
 	if t.fallback != nil {
 		if d := data.budget.deadline; !d.IsZero() && time.Now().After(d) {
-			return dst, errors.New("rendering stopped at the review's deadline")
+			return dst, errDeadline
 		}
 		w := valueWriter{limit: min(MaxValueLength, data.budget.left), deadline: data.budget.deadline}
 		if err := t.fallback.Execute(&w, data.full()); err != nil {
 			var capped capError
 			if errors.As(err, &capped) && capped.limit < MaxValueLength {
-				return dst, fmt.Errorf("with the Sidecars' other values, %w of a pod's rendered templates", capError{MaxRenderedBytes})
+				return dst, errPodCap
 			}
 			return dst, err
 		}

@@ -204,7 +204,8 @@ func FuzzTemplateLanguage(f *testing.F) {
 			t.Skip()
 		}
 		view := &PodView{Metadata: &MetadataView{Name: "web-1", Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a/p": value}}}
-		budget := newRenderBudget()
+		var budget renderBudget
+		budget.refill()
 		data := renderData{params: []string{value}, index: map[string]int{"p": 0}, pod: view, ns: "ns", budget: &budget}
 		start := time.Now()
 		quoted, err := tmpl.appendQuoted(nil, &data)
