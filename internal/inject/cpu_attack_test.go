@@ -46,3 +46,29 @@ func TestAttackRenderCPUOverLongAnnotations(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackRenderCPUOverALongGenerateName: a forged review's generateName
+// is as long as its body, and eq reads it whole at each comparison; a pod
+// whose name fields pass what the apiserver admits is denied before any
+// template reads them.
+func TestAttackRenderCPUOverALongGenerateName(t *testing.T) {
+	cmp := `{{if eq .Pod.GenerateName` + strings.Repeat(` .Pod.Name`, 14) + `}}x{{end}}`
+	e := mustEngine(t, sidecar("a", func(s *v1alpha1.SidecarSpec) {
+		byLabel("app", "web")(s)
+		for i := range 200 {
+			s.Containers[0].Env = append(s.Containers[0].Env, corev1.EnvVar{Name: fmt.Sprintf("E%d", i), Value: cmp})
+		}
+	}))
+	long := strings.Repeat("x", 3<<20)
+	raw := pod(map[string]any{"name": long + "1", "generateName": long + "2", "labels": map[string]any{"app": "web"}}, nil)
+	start := time.Now()
+	res, err := e.InjectJSON(raw, "ns", DefaultNamespaceLabels, testRing(t), nil)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("names of 3 MiB: took %s, denial %.160q", took, res.Denial)
+	if took > time.Second || !strings.Contains(res.Denial, "metadata.name is 3145729 bytes long, over the 253 the apiserver admits") {
+		t.Errorf("a pod with 3 MiB names took %s, denial %q", took, res.Denial)
+	}
+}

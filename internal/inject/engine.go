@@ -254,7 +254,7 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 		sel := selection{sc: sc, render: renderData{index: sc.paramIndex, pod: pod, ns: namespace, budget: &p.budget}}
 		var missing []string
 		sel.render.params, missing = resolveParameters(sc.params, annotations)
-		if p.parameterTooLong(sc, sel.render.params) {
+		if p.inputTooLong(sc, sel.render.params) {
 			continue
 		}
 		if p.trace != nil {
@@ -597,15 +597,38 @@ func hasMount(mounts []mountView, m corev1.VolumeMount) bool {
 	return false
 }
 
-// parameterTooLong denies the pod for a parameter value over its cap.
-func (p *plan) parameterTooLong(sc *compiledSidecar, values []string) bool {
-	i := slices.IndexFunc(values, func(v string) bool { return len(v) > MaxParameterValueLength })
-	if i < 0 {
+// inputTooLong denies the pod for a parameter value over its cap, or a
+// name field longer than the apiserver admits.
+func (p *plan) inputTooLong(sc *compiledSidecar, values []string) bool {
+	if i := slices.IndexFunc(values, func(v string) bool { return len(v) > MaxParameterValueLength }); i >= 0 {
+		p.deny(sc.name, fmt.Sprintf("sidecar %q: annotation %q (parameter %q) is %d bytes long, over the %d-byte cap of a parameter value",
+			sc.name, sc.params[i].Annotation, sc.params[i].Name, len(values[i]), MaxParameterValueLength))
+		return true
+	}
+	return p.podFieldTooLong(sc)
+}
+
+// maxPodNameLength is the longest name, generateName or namespace the
+// apiserver admits; it validates them only after the mutating webhooks.
+const maxPodNameLength = 253
+
+// podFieldTooLong denies, for a Sidecar with templates, a pod whose name,
+// generateName or namespace (what templates read outside index) is longer
+// than the apiserver admits: a forged review's are as long as its body,
+// and each comparison a template makes would read them whole.
+func (p *plan) podFieldTooLong(sc *compiledSidecar) bool {
+	if !sc.templated {
 		return false
 	}
-	p.deny(sc.name, fmt.Sprintf("sidecar %q: annotation %q (parameter %q) is %d bytes long, over the %d-byte cap of a parameter value",
-		sc.name, sc.params[i].Annotation, sc.params[i].Name, len(values[i]), MaxParameterValueLength))
-	return true
+	for _, f := range [...]struct{ name, value string }{
+		{"metadata.name", p.pod.Metadata.Name}, {"metadata.generateName", p.pod.Metadata.GenerateName}, {"namespace", p.namespace},
+	} {
+		if len(f.value) > maxPodNameLength {
+			p.deny(sc.name, fmt.Sprintf("sidecar %q: the pod's %s is %d bytes long, over the %d the apiserver admits", sc.name, f.name, len(f.value), maxPodNameLength))
+			return true
+		}
+	}
+	return false
 }
 
 func resolveParameters(params []v1alpha1.Parameter, annotations map[string]string) (values, missing []string) {
