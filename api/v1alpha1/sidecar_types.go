@@ -17,6 +17,23 @@ const (
 	MissingParametersSkip MissingParametersPolicy = "Skip"
 )
 
+// Integrity says how exactly a pod's injected containers must match what the
+// webhook rendered for the pod's record to verify.
+// +kubebuilder:validation:Enum=Tolerant;Exact
+type Integrity string
+
+const (
+	// IntegrityTolerant (the default) verifies everything the webhook set,
+	// and tolerates what other admission actors add without shadowing it: env
+	// it did not set, mounts beside its own, a digest pin of its image,
+	// hardening securityContext fields it left unset. The README's Security
+	// model lists each field.
+	IntegrityTolerant Integrity = "Tolerant"
+	// IntegrityExact verifies the injected containers byte for byte: any
+	// other webhook's edit leaves the pod unverified, without the grants.
+	IntegrityExact Integrity = "Exact"
+)
+
 // SidecarSpec defines what is injected and into which pods.
 type SidecarSpec struct {
 	// Containers are added to the pod. Strings may use Go templates over
@@ -93,7 +110,17 @@ type SidecarSpec struct {
 	// imagePullSecrets.
 	// +optional
 	ImagePullSecret *SecretReference `json:"imagePullSecret,omitempty"`
+
+	// Integrity says what other admission actors (webhooks, policies) may add
+	// to the injected containers after injection with the record still
+	// verifying: Tolerant (the default) or Exact.
+	// +optional
+	// +kubebuilder:default=Tolerant
+	Integrity Integrity `json:"integrity,omitempty"`
 }
+
+// Exact reports whether the Sidecar's records must match byte for byte.
+func (s *SidecarSpec) Exact() bool { return s.Integrity == IntegrityExact }
 
 // Grants reports whether the Sidecar makes the operator grant anything:
 // RBAC rules or a pull secret copy.
@@ -250,7 +277,13 @@ type InjectionRecord struct {
 	// VolumeDigest is a hash of the pod's volumes that those containers
 	// mount, as they were at injection.
 	VolumeDigest string `json:"volumeDigest,omitempty"`
+	// Owned says, per injected container, what the webhook set and so what
+	// verification holds to it when other admission actors add to the
+	// container (integrity Tolerant): "<env count>.<volumeMount count>.<the
+	// securityContext fields set, as bits>.<a short hash of each covered
+	// field>", comma-separated. Records of integrity Exact have none.
+	Owned string `json:"owned,omitempty"`
 	// Signature is "<key id>.<HMAC-SHA256>" over the pod's namespace and
-	// ServiceAccount, the name, revision, containers and both digests.
+	// ServiceAccount, the name, revision, containers, owned and both digests.
 	Signature string `json:"signature,omitempty"`
 }

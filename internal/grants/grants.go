@@ -70,8 +70,7 @@ var NotLoaded = ctrl.Result{RequeueAfter: time.Second}
 // Verify checks one record of a pod against the Sidecar of its name: what
 // fleet.Judge calls for each.
 func (v *View) Verify(pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error {
-	uid, _ := v.Engine.UID(rec.Name)
-	return v.ring.Verify(pod, uid, rec)
+	return v.Engine.Verify(v.ring, pod, rec)
 }
 
 // Grants reports whether the pod carries the grants of sidecar: its record

@@ -27,6 +27,7 @@ type compiledSidecar struct {
 	// including those the revision leaves out (rbac, allowRequestByName).
 	generation int64
 	native     bool
+	exact      bool // integrity Exact: records verify byte for byte
 	onMissing  v1alpha1.MissingParametersPolicy
 
 	byName     bool            // a pod may request it with AnnotationInject
@@ -97,6 +98,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 	c := &compiledSidecar{
 		name:       sc.Name,
 		uid:        string(sc.UID),
+		exact:      sc.Spec.Exact(),
 		generation: sc.Generation,
 		revision:   Revision(spec),
 		byName:     spec.RequestByNameAllowed(),
@@ -182,7 +184,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		}
 	}
 	if static {
-		c.static = &rendering{mounted: signing.MountedVolumes(statics), digest: signing.DigestContents(statics)}
+		c.static = new(signing.Render(statics, len(c.initContainers)))
 	}
 
 	volumes := map[string]bool{}
@@ -202,9 +204,9 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		c.volumeNames = append(c.volumeNames, v.Name)
 		c.storedVolumes = append(c.storedVolumes, signing.StoredVolume(v))
 	}
-	if c.static != nil && !slices.ContainsFunc(c.static.mounted, func(name string) bool { return !c.hasVolume(name) }) {
+	if c.static != nil && !slices.ContainsFunc(c.static.Mounted, func(name string) bool { return !c.hasVolume(name) }) {
 		var err error
-		if c.staticVolumeDigest, err = signing.VolumeDigest(c.static.mounted, c.sidecarVolume); err != nil {
+		if c.staticVolumeDigest, err = signing.VolumeDigest(c.static.Mounted, c.sidecarVolume); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -96,7 +96,7 @@ const (
 // as a ServiceAccount. Without one, as in offline injection, records are
 // unsigned: they inject, but never carry a grant.
 type Signer interface {
-	Sign(namespace, serviceAccount, sidecarUID string, placement signing.Placement, rec *v1alpha1.InjectionRecord)
+	Sign(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord)
 }
 
 // NamespaceLabelsFunc returns a namespace's labels; ok is false when unknown.
@@ -357,6 +357,17 @@ func (e *Engine) UID(name string) (string, bool) {
 		return c.uid, true
 	}
 	return "", false
+}
+
+// Verify checks a pod's record of a Sidecar against the Sidecar as
+// compiled: its UID and integrity. A record of a Sidecar the engine does not
+// hold never verifies.
+func (e *Engine) Verify(ring *signing.Ring, pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error {
+	c := e.byName[rec.Name]
+	if c == nil {
+		return fmt.Errorf("%w: sidecar %q does not exist", signing.ErrBadSignature, rec.Name)
+	}
+	return ring.Verify(pod, c.uid, c.exact, rec)
 }
 
 // Generation returns the metadata.generation of the Sidecar as compiled.
@@ -707,7 +718,6 @@ func (p *plan) seal(signer Signer) error {
 	p.budget.refill()
 	p.injected = make([]v1alpha1.InjectionRecord, len(p.selected))
 	sa := p.pod.Spec.ServiceAccountName
-	initAt := 0 // init containers go first, in Sidecar order (writePatch)
 	for i := range p.selected {
 		s := &p.selected[i]
 		r, err := s.rendered()
@@ -720,18 +730,10 @@ func (p *plan) seal(signer Signer) error {
 		}
 		rec := &p.injected[i]
 		*rec = v1alpha1.InjectionRecord{Name: s.sc.name, Revision: s.sc.revision, Containers: s.sc.containerNames,
-			Digest: r.digest, VolumeDigest: volumeDigest}
+			Owned: r.Owned, Digest: r.Digest, VolumeDigest: volumeDigest}
 		if signer != nil {
-			placement := make(signing.Placement, len(s.sc.containerNames))
-			for j := range placement {
-				placement[j] = signing.Regular
-				if j < len(s.sc.initContainers) {
-					placement[j] = initAt + j
-				}
-			}
-			signer.Sign(p.namespace, sa, s.sc.uid, placement, rec)
+			signer.Sign(p.namespace, sa, s.sc.uid, rec)
 		}
-		initAt += len(s.sc.initContainers)
 	}
 	n := len(p.existing.Sidecars) + len(p.injected)
 	buf := make([]byte, 0, 192*n)
@@ -763,7 +765,9 @@ func appendRecord(buf []byte, r *v1alpha1.InjectionRecord) []byte {
 		}
 		buf = append(buf, ']')
 	}
-	for _, f := range [...]struct{ key, value string }{{`,"digest":`, r.Digest}, {`,"volumeDigest":`, r.VolumeDigest}, {`,"signature":`, r.Signature}} {
+	for _, f := range [...]struct{ key, value string }{
+		{`,"digest":`, r.Digest}, {`,"volumeDigest":`, r.VolumeDigest}, {`,"owned":`, r.Owned}, {`,"signature":`, r.Signature},
+	} {
 		if f.value != "" {
 			buf = append(buf, f.key...)
 			buf = appendJSONString(buf, f.value)

@@ -119,8 +119,7 @@ func checkBothPaths(t testing.TB, e *Engine, raw []byte, namespace string) (*Res
 		patched.Namespace = namespace
 	}
 	for _, rec := range InjectedSidecars(patched.Annotations) {
-		uid, _ := e.UID(rec.Name)
-		if err := testRing(t).Verify(patched, uid, &rec); err != nil && slices.ContainsFunc(res.Injected, func(r v1alpha1.InjectionRecord) bool { return r.Name == rec.Name }) {
+		if err := e.Verify(testRing(t), patched, &rec); err != nil && slices.ContainsFunc(res.Injected, func(r v1alpha1.InjectionRecord) bool { return r.Name == rec.Name }) {
 			t.Fatalf("record %s does not verify on the injected pod: %v", rec.Name, err)
 		}
 	}

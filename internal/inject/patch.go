@@ -335,12 +335,8 @@ func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
 	return out, nil
 }
 
-// rendering is what a record says of the containers a selection injects:
-// their digest, and the volumes they mount.
-type rendering struct {
-	digest  string
-	mounted []string
-}
+// rendering is what a record says of the containers a selection injects.
+type rendering = signing.Rendering
 
 // rendered is the rendering of what the selection injects, its templated
 // containers rendered for this pod. Reading the rendering back costs more
@@ -379,7 +375,7 @@ func (s *selection) rendered() (*rendering, error) {
 		}
 		list = append(list, ct)
 	}
-	r := &rendering{mounted: signing.MountedVolumes(list), digest: signing.DigestContents(list)}
+	r := new(signing.Render(list, len(s.sc.initContainers)))
 	s.sc.digests.put(key, r)
 	return r, nil
 }
@@ -390,7 +386,7 @@ func (s *selection) volumeDigest(r *rendering, podVolume func(string) (*corev1.V
 	if s.sc.staticVolumeDigest != "" {
 		return s.sc.staticVolumeDigest, nil
 	}
-	return signing.VolumeDigest(r.mounted, func(name string) (*corev1.Volume, error) {
+	return signing.VolumeDigest(r.Mounted, func(name string) (*corev1.Volume, error) {
 		if s.sc.hasVolume(name) {
 			return s.sc.sidecarVolume(name)
 		}

@@ -134,10 +134,13 @@ func ServiceAccount(name string) string {
 }
 
 // message appends what a signature covers to dst. Every part is a DNS
-// name, a hex or base64url string, or a list of DNS labels, so newlines and
-// commas separate them unambiguously.
-func message(dst []byte, namespace, serviceAccount, sidecarUID string, placement []int, rec *v1alpha1.InjectionRecord) []byte {
-	for _, part := range [...]string{"sidecar-operator.io/v3", namespace, ServiceAccount(serviceAccount), rec.Name, sidecarUID, rec.Revision} {
+// name, a hex or base64url string, a list of DNS labels, or owned, which
+// holds no newline, so newlines and commas separate them unambiguously. It
+// covers the record alone: whether the pod still holds what the record
+// says is Verify's to judge, so that an edit by another admission actor
+// is told apart from a record the webhook did not make.
+func message(dst []byte, namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) []byte {
+	for _, part := range [...]string{"sidecar-operator.io/v4", namespace, ServiceAccount(serviceAccount), rec.Name, sidecarUID, rec.Revision} {
 		dst = append(append(dst, part...), '\n')
 	}
 	for i, c := range rec.Containers {
@@ -146,38 +149,9 @@ func message(dst []byte, namespace, serviceAccount, sidecarUID string, placement
 		}
 		dst = append(dst, c...)
 	}
-	dst = append(dst, '\n')
-	for i, at := range placement {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = strconv.AppendInt(dst, int64(at), 10)
-	}
-	dst = append(append(append(dst, '\n'), rec.Digest...), '\n')
-	return append(append(dst, rec.VolumeDigest...), '\n')
-}
-
-// Placement says where each injected container is: its index among the
-// pod's init containers, or Regular. A record signs it, so that a copy
-// that runs the sidecar's containers in another order, or as another kind,
-// does not verify.
-type Placement = []int
-
-// Regular is the placement of a container among the pod's containers.
-const Regular = -1 // what slices.IndexFunc returns for none
-
-// placementOf finds the named containers in the pod; false when one is missing.
-func placementOf(pod *corev1.Pod, names []string) (Placement, bool) {
-	out := make(Placement, len(names))
-	for i, name := range names {
-		out[i] = Regular
-		if at := containerIndex(pod.Spec.InitContainers, name); at >= 0 {
-			out[i] = at
-		} else if containerIndex(pod.Spec.Containers, name) < 0 {
-			return nil, false
-		}
-	}
-	return out, true
+	dst = append(append(append(dst, '\n'), rec.Owned...), '\n')
+	dst = append(append(append(dst, rec.Digest...), '\n'), rec.VolumeDigest...)
+	return append(dst, '\n')
 }
 
 // containerIndex finds a container by name without copying any.
@@ -197,16 +171,16 @@ const MaxRecordContainers = 64
 // Sign sets rec.Signature for a pod of namespace running as serviceAccount,
 // injected with the Sidecar of that UID: a Sidecar deleted and made again
 // under the same name does not inherit the records of the old one.
-// rec.Containers, rec.Digest and rec.VolumeDigest must already say what was
-// injected, and placement where in the pod it was.
-func (r *Ring) Sign(namespace, serviceAccount, sidecarUID string, placement Placement, rec *v1alpha1.InjectionRecord) {
+// rec.Containers, rec.Owned, rec.Digest and rec.VolumeDigest must already
+// say what was injected (Render).
+func (r *Ring) Sign(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) {
 	if r.Empty() {
 		rec.Signature = "" // a record no ring verifies
 		return
 	}
 	k := r.signer(time.Now())
 	var buf [512]byte
-	msg := message(buf[:0], namespace, serviceAccount, sidecarUID, placement, rec)
+	msg := message(buf[:0], namespace, serviceAccount, sidecarUID, rec)
 	var sum [sha256.Size]byte
 	mac := k.mac(sum[:0], msg)
 	sig := make([]byte, 0, len(k.id)+1+base64.RawURLEncoding.EncodedLen(len(mac)))
@@ -214,53 +188,56 @@ func (r *Ring) Sign(namespace, serviceAccount, sidecarUID string, placement Plac
 	rec.Signature = string(sig)
 }
 
-// Errors of Verify, for reasons and metrics.
+// Errors of Verify, for reasons and metrics. The first five say the webhook
+// did not make the record for this pod (Forged); the others, that the pod
+// changed after injection.
 var (
 	ErrUnsigned     = errors.New("the record is not signed")
 	ErrUnknownKey   = errors.New("the record is signed with a key the operator does not hold")
 	ErrBadSignature = errors.New("the signature does not match: the record was forged, altered, " +
-		"copied from a pod of another namespace or ServiceAccount, or made for an earlier Sidecar of that name, " +
-		"or the injected containers were moved")
-	ErrContainers     = errors.New("the pod lacks a container the record claims")
-	ErrContentChanged = errors.New("the injected containers changed since injection")
+		"copied from a pod of another namespace or ServiceAccount, or made for an earlier Sidecar of that name")
+	ErrContainers = errors.New("the pod lacks a container the record claims")
+	ErrOldFormat  = errors.New("the record is of a format before owned (this release): recreate the pod (sidecar-operator rollout)")
+	// ErrContentChanged and ErrVolumesChanged leave the record unverified,
+	// and the pod admitted: another admission actor may have made the change.
+	ErrContentChanged = errors.New("the injected containers changed after injection")
 	ErrVolumesChanged = errors.New("the volumes the injected containers mount are not those they were injected with")
 )
 
+// Forged reports whether a Verify error says the webhook did not make the
+// record for this pod, rather than that the pod changed after injection.
+func Forged(err error) bool {
+	for _, e := range []error{ErrUnsigned, ErrUnknownKey, ErrBadSignature, ErrContainers, ErrOldFormat} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 // Verify checks that rec was signed by a key of the ring for this pod and
-// the Sidecar of sidecarUID, and that the pod's containers are still what
-// was injected.
-func (r *Ring) Verify(pod *corev1.Pod, sidecarUID string, rec *v1alpha1.InjectionRecord) error {
+// the Sidecar of sidecarUID, and that the pod's containers still hold what
+// the webhook set: exactly, but the ServiceAccount token's mount, when the
+// Sidecar's integrity is Exact; else with what other admission actors may
+// add (owned.go).
+func (r *Ring) Verify(pod *corev1.Pod, sidecarUID string, exact bool, rec *v1alpha1.InjectionRecord) error {
 	if rec.Signature == "" {
 		return ErrUnsigned
 	}
 	if len(rec.Containers) > MaxRecordContainers {
 		return fmt.Errorf("%w: it names %d, more than the %d a Sidecar may inject", ErrContainers, len(rec.Containers), MaxRecordContainers)
 	}
+	if rec.Owned == "" {
+		return ErrOldFormat
+	}
 	containers, err := InjectedContainers(pod, rec.Containers)
 	if err != nil {
 		return err
 	}
-	placement, _ := placementOf(pod, rec.Containers) // InjectedContainers found them all
-	if err := r.verifySignature(pod.Namespace, pod.Spec.ServiceAccountName, sidecarUID, placement, rec); err != nil {
+	if err := r.verifySignature(pod.Namespace, pod.Spec.ServiceAccountName, sidecarUID, rec); err != nil {
 		return err
 	}
-	list := contents(containers) // read once for both digests
-	mounted := MountedVolumes(list)
-	if DigestContents(list) != rec.Digest {
-		return ErrContentChanged
-	}
-	for i := range containers {
-		for j := range containers[i].VolumeMounts {
-			if m := &containers[i].VolumeMounts[j]; isTokenMount(m) && !isTokenVolume(pod, m.Name) {
-				return fmt.Errorf("%w: container %q mounts volume %q where the ServiceAccount token goes, and it is not the token",
-					ErrContentChanged, containers[i].Name, m.Name)
-			}
-		}
-	}
-	if d, _ := VolumeDigest(mounted, podVolume(pod)); d != rec.VolumeDigest { // podVolume fails never
-		return fmt.Errorf("%w: %s", ErrVolumesChanged, strings.Join(mounted, ", "))
-	}
-	return nil
+	return verifyOwned(pod, rec, containers, exact)
 }
 
 // The ServiceAccount admission plugin mounts the pod's token into every
@@ -329,7 +306,7 @@ func sources(p corev1.VolumeProjection) int {
 }
 
 // verifySignature checks only the signature, not the pod's containers.
-func (r *Ring) verifySignature(namespace, serviceAccount, sidecarUID string, placement Placement, rec *v1alpha1.InjectionRecord) error {
+func (r *Ring) verifySignature(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) error {
 	if rec.Signature == "" {
 		return ErrUnsigned
 	}
@@ -342,7 +319,7 @@ func (r *Ring) verifySignature(namespace, serviceAccount, sidecarUID string, pla
 		return fmt.Errorf("%w (%s)", ErrUnknownKey, id)
 	}
 	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, r.keys[i].mac(nil, message(nil, namespace, serviceAccount, sidecarUID, placement, rec))) {
+	if err != nil || !hmac.Equal(got, r.keys[i].mac(nil, message(nil, namespace, serviceAccount, sidecarUID, rec))) {
 		return ErrBadSignature
 	}
 	return nil

@@ -45,11 +45,21 @@ func signedPod(t *testing.T, r *Ring) (*corev1.Pod, *v1alpha1.InjectionRecord) {
 		},
 	}
 	rec := &v1alpha1.InjectionRecord{Name: "agent", Revision: "r1", Containers: []string{"agent"}}
-	injected := []corev1.Container{pod.Spec.Containers[1]}
-	rec.Digest = Digest(injected)
-	rec.VolumeDigest, _ = PodVolumeDigest(pod, injected)
-	r.Sign("ns", "agent", "uid-1", Placement{Regular}, rec)
+	seal(pod, rec, 0)
+	r.Sign("ns", "agent", "uid-1", rec)
 	return pod, rec
+}
+
+// seal fills in what the webhook writes into a record of the pod's
+// containers as they are, the first inits of them init containers.
+func seal(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, inits int) {
+	injected, err := InjectedContainers(pod, rec.Containers)
+	if err != nil {
+		panic(err)
+	}
+	rd := Render(contents(injected), inits)
+	rec.Digest, rec.Owned = rd.Digest, rd.Owned
+	rec.VolumeDigest, _ = VolumeDigest(rd.Mounted, podVolume(pod))
 }
 
 func TestVerify(t *testing.T) {
@@ -58,7 +68,10 @@ func TestVerify(t *testing.T) {
 		name   string
 		change func(*corev1.Pod, *v1alpha1.InjectionRecord)
 		uid    string // of the Sidecar verified against; "" is the one signed for
+		exact  bool   // integrity Exact
 		want   error
+		// says names what the error must say, when it is not the error's own text.
+		says string
 	}{
 		{name: "a Sidecar made again under the name", change: func(*corev1.Pod, *v1alpha1.InjectionRecord) {}, uid: "uid-2", want: ErrBadSignature},
 		{name: "as signed", change: func(*corev1.Pod, *v1alpha1.InjectionRecord) {}},
@@ -92,7 +105,7 @@ func TestVerify(t *testing.T) {
 		}, want: ErrContentChanged},
 		{name: "the sidecar moved to the init containers", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
 			p.Spec.InitContainers, p.Spec.Containers = p.Spec.Containers[1:], p.Spec.Containers[:1]
-		}, want: ErrBadSignature},
+		}, want: ErrContentChanged, says: "moved between initContainers and containers"},
 		{name: "made a native sidecar", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
 			p.Spec.Containers[1].RestartPolicy = new(corev1.ContainerRestartPolicyAlways)
 		}, want: ErrContentChanged},
@@ -104,7 +117,56 @@ func TestVerify(t *testing.T) {
 		{name: "another sidecar", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Name = "other" }, want: ErrBadSignature},
 		{name: "claims the app container too", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Containers = []string{"agent", "app"} }, want: ErrBadSignature},
 		{name: "a digest of other content", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Digest = Digest(nil) }, want: ErrBadSignature},
-		{name: "image swapped", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].Image = "evil" }, want: ErrContentChanged},
+		{name: "image swapped", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].Image = "evil" },
+			want: ErrContentChanged, says: `container "agent": image changed after injection`},
+		{name: "image pinned to a digest of its tag", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].Image += "@sha256:" + hex64 }},
+		{name: "image pinned, integrity Exact", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].Image += "@sha256:" + hex64 },
+			exact: true, want: ErrContentChanged},
+		{name: "image swapped for a digest of another repository", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].Image = "evil:1@sha256:" + hex64
+		}, want: ErrContentChanged, says: "image changed"},
+		{name: "image swapped for another tag, pinned", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].Image = "agent:0@sha256:" + hex64
+		}, want: ErrContentChanged},
+		{name: "env added by another webhook", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].Env = append(p.Spec.Containers[1].Env, corev1.EnvVar{Name: "TZ", Value: "UTC"})
+		}},
+		{name: "env added, integrity Exact", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].Env = append(p.Spec.Containers[1].Env, corev1.EnvVar{Name: "TZ", Value: "UTC"})
+		}, exact: true, want: ErrContentChanged, says: `env "TZ" was added after injection, and the Sidecar's integrity is Exact`},
+		{name: "env added that overrides the webhook's", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].Env = append(p.Spec.Containers[1].Env, corev1.EnvVar{Name: "NS", Value: "kube-system"})
+		}, want: ErrContentChanged, says: `env "NS" was added again after injection`},
+		{name: "env inserted before the webhook's", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].Env = append([]corev1.EnvVar{{Name: "TZ", Value: "UTC"}}, p.Spec.Containers[1].Env...)
+		}, want: ErrContentChanged, says: "env changed"},
+		{name: "env of the webhook's removed", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].Env = nil },
+			want: ErrContentChanged, says: "env has 0 entries, the webhook set 1"},
+		{name: "envFrom added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "mine"}}}}
+		}, want: ErrContentChanged, says: "envFrom changed"},
+		{name: "hardening securityContext added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: new(false), RunAsNonRoot: new(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}, Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+		}},
+		{name: "capabilities added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+		}, want: ErrContentChanged, says: "securityContext changed"},
+		{name: "a mount added beside the webhook's", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "vault-secrets"})
+			p.Spec.Containers[1].VolumeMounts = append(p.Spec.Containers[1].VolumeMounts, corev1.VolumeMount{Name: "vault-secrets", MountPath: "/vault/secrets"})
+		}},
+		{name: "a mount added over the webhook's", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].VolumeMounts = append(p.Spec.Containers[1].VolumeMounts, corev1.VolumeMount{Name: "app-data", MountPath: "/etc/agent/agent.conf", SubPath: "x"})
+		}, want: ErrContentChanged, says: "over the webhook's at /etc/agent"},
+		{name: "a mount added above the webhook's", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].VolumeMounts = append(p.Spec.Containers[1].VolumeMounts, corev1.VolumeMount{Name: "app-data", MountPath: "/etc"})
+		}, want: ErrContentChanged},
+		{name: "the sidecar's volume mounted again elsewhere", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			p.Spec.Containers[1].VolumeMounts = append(p.Spec.Containers[1].VolumeMounts, corev1.VolumeMount{Name: "config", MountPath: "/x"})
+		}, want: ErrContentChanged},
+		{name: "a record of a format before owned", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Owned = "" }, want: ErrOldFormat},
+		{name: "owned altered", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) { r.Owned = "r0" + r.Owned[2:] }, want: ErrBadSignature},
 		{name: "args added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].Args = []string{"-x"} }, want: ErrContentChanged},
 		{name: "privileged", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
 			p.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
@@ -130,9 +192,9 @@ func TestVerify(t *testing.T) {
 				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", Audience: "vault"}},
 			}}})
 		}, want: ErrContentChanged},
-		{name: "another mount added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+		{name: "the token's mount at another path", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
 			p.Spec.Containers[1].VolumeMounts = append(p.Spec.Containers[1].VolumeMounts, corev1.VolumeMount{Name: "kube-api-access-x", MountPath: "/etc/x", ReadOnly: true})
-		}, want: ErrContentChanged},
+		}},
 		{name: "container gone", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers = p.Spec.Containers[:1] }, want: ErrContainers},
 		{name: "an unknown key", change: func(_ *corev1.Pod, r *v1alpha1.InjectionRecord) {
 			r.Signature = "k2000" + r.Signature[strings.Index(r.Signature, "."):]
@@ -146,9 +208,12 @@ func TestVerify(t *testing.T) {
 			if uid == "" {
 				uid = "uid-1"
 			}
-			err := r.Verify(pod, uid, rec)
+			err := r.Verify(pod, uid, tc.exact, rec)
 			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if err != nil && !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("got %q, want it to say %q", err, tc.says)
 			}
 		})
 	}
@@ -165,7 +230,7 @@ func TestRotation(t *testing.T) {
 	if !strings.HasPrefix(rec.Signature, oldName+".") {
 		t.Fatalf("a key younger than its activation delay signed: %s", rec.Signature)
 	}
-	if err := after.Verify(pod, "uid-1", signedBefore); err != nil {
+	if err := after.Verify(pod, "uid-1", false, signedBefore); err != nil {
 		t.Fatalf("a record of the old key no longer verifies: %v", err)
 	}
 	active := ring(t, map[string][]byte{oldName: secretOf(1), newName: secretOf(2)}, 0)
@@ -173,11 +238,11 @@ func TestRotation(t *testing.T) {
 	if !strings.HasPrefix(rec.Signature, newName+".") {
 		t.Fatalf("the active new key does not sign: %s", rec.Signature)
 	}
-	if err := before.Verify(pod, "uid-1", rec); !errors.Is(err, ErrUnknownKey) {
+	if err := before.Verify(pod, "uid-1", false, rec); !errors.Is(err, ErrUnknownKey) {
 		t.Fatalf("a ring without the new key: %v", err)
 	}
 	revoked := ring(t, map[string][]byte{newName: secretOf(2)}, 0)
-	if err := revoked.Verify(pod, "uid-1", signedBefore); !errors.Is(err, ErrUnknownKey) {
+	if err := revoked.Verify(pod, "uid-1", false, signedBefore); !errors.Is(err, ErrUnknownKey) {
 		t.Fatalf("a deleted key still verifies: %v", err)
 	}
 }
@@ -223,11 +288,11 @@ func TestEmptyRingFailsClosed(t *testing.T) {
 	if err == nil || !empty.Empty() {
 		t.Fatalf("ParseRing(nil) = %v keys, %v; want an empty ring and an error", empty.KeyIDs(), err)
 	}
-	if err := empty.Verify(pod, "uid", rec); err == nil {
+	if err := empty.Verify(pod, "uid", false, rec); err == nil {
 		t.Fatal("an empty ring verified a record")
 	}
-	empty.Sign(pod.Namespace, pod.Spec.ServiceAccountName, "uid", Placement{Regular}, rec)
-	if err := ring(t, map[string][]byte{"k1": secretOf(1)}, 0).Verify(pod, "uid", rec); !errors.Is(err, ErrUnsigned) {
+	empty.Sign(pod.Namespace, pod.Spec.ServiceAccountName, "uid", rec)
+	if err := ring(t, map[string][]byte{"k1": secretOf(1)}, 0).Verify(pod, "uid", false, rec); !errors.Is(err, ErrUnsigned) {
 		t.Fatalf("a record signed by an empty ring: %v, want %v", err, ErrUnsigned)
 	}
 }
@@ -272,38 +337,83 @@ func BenchmarkVerify(b *testing.B) {
 			},
 		},
 	}
-	rec := &v1alpha1.InjectionRecord{Name: "fluentd", Revision: "r1", Containers: []string{"fluentd"}, Digest: Digest(pod.Spec.Containers[1:])}
-	rec.VolumeDigest, _ = PodVolumeDigest(pod, pod.Spec.Containers[1:])
-	r.Sign("ns", "", "uid", Placement{Regular}, rec)
+	rec := &v1alpha1.InjectionRecord{Name: "fluentd", Revision: "r1", Containers: []string{"fluentd"}}
+	seal(pod, rec, 0)
+	r.Sign("ns", "", "uid", rec)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := r.Verify(pod, "uid", rec); err != nil {
+		if err := r.Verify(pod, "uid", false, rec); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
-// A native sidecar's place among the init containers is signed: one of the
-// pod creator's put before it would run first, with its volumes.
+const hex64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// A native sidecar's place among the init containers: an init container of
+// the pod creator's may come before it (a mesh's does) unless it mounts a
+// volume the sidecar mounts, so could write what the sidecar reads first.
 func TestVerifyInitContainerPlacement(t *testing.T) {
 	r := ring(t, map[string][]byte{"k1000": secretOf(1)}, 0)
 	always := corev1.ContainerRestartPolicyAlways
+	config := []corev1.VolumeMount{{Name: "config", MountPath: "/etc/agent"}}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
 		Spec: corev1.PodSpec{
-			InitContainers: []corev1.Container{{Name: "setup", Image: "setup"}, {Name: "agent", Image: "agent", RestartPolicy: &always}, {Name: "migrate", Image: "app"}},
-			Containers:     []corev1.Container{{Name: "app", Image: "app"}},
+			InitContainers: []corev1.Container{
+				{Name: "setup", Image: "setup", VolumeMounts: config}, {Name: "agent", Image: "agent", RestartPolicy: &always, VolumeMounts: config},
+				{Name: "migrate", Image: "app"},
+			},
+			Containers: []corev1.Container{{Name: "app", Image: "app"}},
+			Volumes:    []corev1.Volume{{Name: "config"}},
 		},
 	}
-	rec := &v1alpha1.InjectionRecord{Name: "agent", Revision: "r1", Containers: []string{"setup", "agent"}, Digest: Digest(pod.Spec.InitContainers[:2])}
-	rec.VolumeDigest, _ = PodVolumeDigest(pod, pod.Spec.InitContainers[:2])
-	r.Sign("ns", "", "uid", Placement{0, 1}, rec)
-	if err := r.Verify(pod, "uid", rec); err != nil {
+	rec := &v1alpha1.InjectionRecord{Name: "agent", Revision: "r1", Containers: []string{"setup", "agent"}}
+	seal(pod, rec, 2)
+	r.Sign("ns", "", "uid", rec)
+	pod.Annotations = map[string]string{v1alpha1.AnnotationStatus: `{"sidecars":[{"name":"agent","containers":["setup","agent"]}]}`}
+	if err := r.Verify(pod, "uid", false, rec); err != nil {
 		t.Fatalf("as signed: %v", err)
 	}
-	moved := pod.DeepCopy()
-	moved.Spec.InitContainers = append([]corev1.Container{{Name: "prep", Image: "mine"}}, moved.Spec.InitContainers...)
-	if err := r.Verify(moved, "uid", rec); !errors.Is(err, ErrBadSignature) {
-		t.Fatalf("with an init container of the pod creator's first: got %v, want %v", err, ErrBadSignature)
+	mesh := pod.DeepCopy()
+	mesh.Spec.InitContainers = append([]corev1.Container{{Name: "istio-init", Image: "proxyv2"}}, mesh.Spec.InitContainers...)
+	if err := r.Verify(mesh, "uid", false, rec); err != nil {
+		t.Fatalf("with a mesh's init container first: %v", err)
+	}
+	tenant := pod.DeepCopy()
+	tenant.Spec.InitContainers = append([]corev1.Container{{Name: "prep", Image: "mine", VolumeMounts: config}}, tenant.Spec.InitContainers...)
+	err := r.Verify(tenant, "uid", false, rec)
+	if !errors.Is(err, ErrContentChanged) || !strings.Contains(err.Error(), `initContainers[0] "prep" runs before the sidecar's "setup"`) {
+		t.Fatalf("with an init container of the pod creator's first that mounts the sidecar's volume: got %v", err)
+	}
+}
+
+// A Sidecar whose containers alone mount a credential tolerates no
+// addition: what reaches their code reaches what the pod's own containers
+// do not hold. Where the pod's containers mount it too, nothing is gained.
+func TestVerifyConfinedCredential(t *testing.T) {
+	r := ring(t, map[string][]byte{"k1000": secretOf(1)}, 0)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "app", Image: "app"},
+				{Name: "agent", Image: "agent", VolumeMounts: []corev1.VolumeMount{{Name: "agent-token", MountPath: "/var/run/agent"}}}},
+			Volumes: []corev1.Volume{{Name: "agent-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", Audience: "agent"}}}}}}},
+		},
+	}
+	rec := &v1alpha1.InjectionRecord{Name: "agent", Revision: "r1", Containers: []string{"agent"}}
+	seal(pod, rec, 0)
+	r.Sign("ns", "", "uid", rec)
+	preload := pod.DeepCopy()
+	preload.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "LD_PRELOAD", Value: "/tmp/x.so"}}
+	err := r.Verify(preload, "uid", false, rec)
+	if !errors.Is(err, ErrContentChanged) || !strings.Contains(err.Error(), `the sidecar alone mounts credential volume "agent-token"`) {
+		t.Fatalf("LD_PRELOAD added to a sidecar that alone holds a token: got %v", err)
+	}
+	shared := preload.DeepCopy()
+	shared.Spec.Containers[0].VolumeMounts = pod.Spec.Containers[1].VolumeMounts
+	if err := r.Verify(shared, "uid", false, rec); err != nil {
+		t.Fatalf("the app mounts the token too, so the addition gains nothing: %v", err)
 	}
 }

@@ -15,27 +15,28 @@ import (
 
 var statusPath = field.NewPath("metadata", "annotations").Key(v1alpha1.AnnotationStatus)
 
-// Pod returns why a pod's injection record cannot be trusted.
+// Pod returns why a pod's injection record cannot be trusted, and warnings
+// for records that will not verify though the webhook made them.
 //
 // On CREATE (old is nil) every record must parse, name a Sidecar the engine
-// knows, and, when ring is set, carry the webhook's signature for this pod
-// over containers that are still what was injected, at the Sidecar's
-// current revision. Without a ring (the
-// standalone webhook, which grants nothing) the claimed containers must at
-// least exist.
+// knows, and, when ring is set, carry the webhook's signature for this pod,
+// at the Sidecar's current revision. Injected containers that changed after
+// injection (another webhook's or policy's edit, or a copy's) do not refuse
+// the pod: they leave it without the grants, and a warning names the
+// field. Without a ring (the standalone webhook, which grants nothing) the
+// claimed containers must at least exist.
 //
 // On UPDATE, through pods, pods/status or pods/ephemeralcontainers, the old
 // record must parse, the record must stay byte for byte what it was, and the
 // injected containers must keep what the digest covers.
-func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) field.ErrorList {
+func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) (errs field.ErrorList, warnings []string) {
 	records, err := parseRecords(pod)
 	if err != nil {
-		return field.ErrorList{field.Invalid(statusPath, abbreviate(pod.Annotations[v1alpha1.AnnotationStatus]), err.Error())}
+		return field.ErrorList{field.Invalid(statusPath, abbreviate(pod.Annotations[v1alpha1.AnnotationStatus]), err.Error())}, nil
 	}
 	if old != nil {
-		return podUpdate(pod, old, engine)
+		return podUpdate(pod, old, engine), nil
 	}
-	var errs field.ErrorList
 	seen := map[string]bool{}
 	for i := range records {
 		r := &records[i]
@@ -53,10 +54,15 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) field.
 			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("the record of sidecar %q names containers %s; the Sidecar injects %s",
 				r.Name, abbreviate(strings.Join(r.Containers, ",")), strings.Join(containers, ","))))
 		case ring != nil:
-			uid, _ := engine.UID(r.Name)
-			if err := ring.Verify(pod, uid, r); err != nil {
+			err := engine.Verify(ring, pod, r)
+			if signing.Forged(err) {
 				errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("the record of sidecar %q was not made by the webhook for this pod: %v", r.Name, err)))
-			} else if current, _ := engine.Revision(r.Name); r.Revision != current {
+				break
+			}
+			if err != nil {
+				warnings = append(warnings, shortened(fmt.Sprintf("sidecar %q grants nothing (rbac, pull secret) to this pod: %v", r.Name, err), maxWarning))
+			}
+			if current, _ := engine.Revision(r.Name); r.Revision != current {
 				// Only pods injected before a change may stay behind: a copy
 				// of their record would run a superseded template with the grant.
 				errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf(
@@ -72,7 +78,7 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) field.
 			}
 		}
 	}
-	return errs
+	return errs, warnings
 }
 
 func podUpdate(pod, old *corev1.Pod, engine *inject.Engine) field.ErrorList {
@@ -157,8 +163,12 @@ func containerPath(pod *corev1.Pod, name string) *field.Path {
 
 // abbreviate keeps a denial short whatever the value it quotes: the
 // annotation may be as long as a pod creator likes.
-func abbreviate(s string) string {
-	const most = 256
+func abbreviate(s string) string { return shortened(s, 256) }
+
+// maxWarning bounds a warning: the apiserver passes it on to the client.
+const maxWarning = 1024
+
+func shortened(s string, most int) string {
 	if len(s) <= most {
 		return s
 	}

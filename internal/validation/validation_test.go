@@ -122,13 +122,19 @@ func TestPod(t *testing.T) {
 		pod, old *corev1.Pod
 		noRing   bool
 		want     string
+		// warns is what a warning says of a pod admitted without the grants.
+		warns string
 	}{
 		{name: "injected", pod: good},
 		{name: "no record", pod: plain("", "app")},
 		{name: "unsigned record with the container", pod: plain(unsigned, "app", "fluentd"), want: "not signed"},
 		{name: "record copied to another ServiceAccount", pod: with(good, func(p *corev1.Pod) { p.Spec.ServiceAccountName = "other" }), want: "signature does not match"},
 		{name: "record copied to another namespace", pod: with(good, func(p *corev1.Pod) { p.Namespace = "other" }), want: "signature does not match"},
-		{name: "record copied with another image", pod: with(good, func(p *corev1.Pod) { p.Spec.Containers[1].Image = "evil" }), want: "changed since injection"},
+		{name: "record copied with another image", pod: with(good, func(p *corev1.Pod) { p.Spec.Containers[1].Image = "evil" }),
+			warns: `sidecar "log" grants nothing (rbac, pull secret) to this pod: the injected containers changed after injection: container "fluentd": image changed`},
+		{name: "env added by another webhook", pod: with(good, func(p *corev1.Pod) {
+			p.Spec.Containers[1].Env = append(p.Spec.Containers[1].Env, corev1.EnvVar{Name: "TZ", Value: "UTC"})
+		})},
 		{name: "record copied without the container", pod: with(good, func(p *corev1.Pod) { p.Spec.Containers = p.Spec.Containers[:1] }), want: "lacks a container"},
 		{name: "unknown sidecar", pod: plain(`{"sidecars":[{"name":"gone","revision":"r"}]}`, "app"), want: `names sidecar "gone", which does not exist`},
 		{name: "not JSON", pod: plain("{", "app"), want: "not valid injection status JSON"},
@@ -155,10 +161,13 @@ func TestPod(t *testing.T) {
 			if tc.noRing {
 				r = nil
 			}
-			errs := Pod(tc.pod, tc.old, engine, r)
+			errs, warnings := Pod(tc.pod, tc.old, engine, r)
 			msg := Message("Pod", "p", errs)
 			if tc.want == "" && len(errs) > 0 || tc.want != "" && !strings.Contains(msg, tc.want) {
 				t.Fatalf("got %s, want %q", msg, tc.want)
+			}
+			if got := strings.Join(warnings, "\n"); tc.warns == "" && got != "" || !strings.Contains(got, tc.warns) {
+				t.Fatalf("warnings %q, want %q", got, tc.warns)
 			}
 		})
 	}

@@ -177,11 +177,14 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 		}
 		oldPod = &old
 	}
-	denial := ""
-	if errs := validation.Pod(&pod, oldPod, engine, ring); len(errs) > 0 {
-		denial = validation.Message("Pod", podName(&pod), errs)
+	resp := response{apiVersion: rv.APIVersion, uid: rv.Request.UID}
+	errs, warnings := validation.Pod(&pod, oldPod, engine, ring)
+	if len(errs) > 0 {
+		resp.denial = validation.Message("Pod", podName(&pod), errs)
+	} else {
+		resp.warnings = warnings
 	}
-	answer(w, rv, denial)
+	writeResponse(w, resp.appendJSON(nil))
 }
 
 func podName(p *corev1.Pod) string {

@@ -100,7 +100,7 @@ func TestExamplesInjectIntoStoredPod(t *testing.T) {
 		if err := k8s.Get(ctx, client.ObjectKey{Name: r.Name}, &sc); err != nil {
 			t.Fatal(err)
 		}
-		if err := ring.Verify(&stored, string(sc.UID), &r); err != nil {
+		if err := ring.Verify(&stored, string(sc.UID), sc.Spec.Exact(), &r); err != nil {
 			t.Errorf("record of %s does not verify on the stored pod: %v", r.Name, err)
 		}
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/grants"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
@@ -256,16 +257,25 @@ func (r *Reconciler) reportUnverified(ctx context.Context, view *grants.View, ke
 	if r.events.told[key] {
 		return true, nil
 	}
-	reason := "it cannot be verified"
+	var err error
 	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
 		if rec.Name == sidecar {
-			if err := view.Verify(pod, &rec); err != nil {
-				reason = err.Error()
-			}
+			err = view.Verify(pod, &rec)
 		}
 	}
+	reason := "it cannot be verified"
+	if err != nil {
+		reason = err.Error()
+	}
+	what := "was not made by the webhook for this pod"
+	if err != nil && !signing.Forged(err) {
+		// The webhook made it; an admission actor after it, or whoever copied
+		// the record, changed the containers: the Event names the field.
+		what = "no longer matches the pod: the injected containers changed after injection " +
+			"(by another admission webhook or policy, or in a copy of the record) beyond what the Sidecar's integrity allows"
+	}
 	told, err := r.events.tell(ctx, key, ref(pod), nil, corev1.EventTypeWarning, ReasonInjectionUnverified, "Verify",
-		fmt.Sprintf("the injection record of sidecar %q was not made by the webhook for this pod, so it gets none of the Sidecar's grants: %s", sidecar, reason))
+		fmt.Sprintf("the injection record of sidecar %q %s, so the pod gets none of the Sidecar's grants: %s", sidecar, what, reason))
 	if told && err == nil {
 		r.Log.Info("unverified injection record", "pod", podRef(pod), "sidecar", sidecar, "reason", reason)
 	}

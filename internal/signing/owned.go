@@ -1,0 +1,514 @@
+package signing
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	encjson "encoding/json"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+// What the webhook set in an injected container, so that verification can
+// hold the container to it while other admission actors add beside it
+// (record field owned). See the README's Security model for each field.
+
+// Rendering is what a record says of the containers a Sidecar injected.
+type Rendering struct {
+	Digest string
+	// Owned is the record's owned field.
+	Owned string
+	// Mounted names the volumes the containers mount.
+	Mounted []string
+}
+
+// Render reads the containers the webhook rendered, the first inits of them
+// init containers: their digest, what each set, and the volumes they mount.
+// It applies the apiserver's defaults to list in place.
+func Render(list []Content, inits int) Rendering {
+	mounted := MountedVolumes(list)
+	digest := DigestContents(list) // list is now as stored
+	var owned []byte
+	for i := range list {
+		if i > 0 {
+			owned = append(owned, ',')
+		}
+		owned = appendOwned(owned, &list[i], i < inits)
+	}
+	return Rendering{Digest: digest, Owned: string(owned), Mounted: mounted}
+}
+
+// The securityContext fields an admission actor may set where the webhook
+// left them unset, each only to a value that restricts the container.
+const (
+	scSet uint16 = 1 << iota // securityContext itself
+	scPrivileged
+	scAllowPrivilegeEscalation
+	scRunAsNonRoot
+	scReadOnlyRootFilesystem
+	scRunAsUser
+	scRunAsGroup
+	scSeccompProfile
+	scAppArmorProfile
+	scCapabilities
+	scCapabilitiesDrop
+)
+
+func securityContextBits(sc *corev1.SecurityContext) uint16 {
+	if sc == nil {
+		return 0
+	}
+	bits := scSet
+	for _, f := range []struct {
+		set bool
+		bit uint16
+	}{
+		{sc.Privileged != nil, scPrivileged}, {sc.AllowPrivilegeEscalation != nil, scAllowPrivilegeEscalation},
+		{sc.RunAsNonRoot != nil, scRunAsNonRoot}, {sc.ReadOnlyRootFilesystem != nil, scReadOnlyRootFilesystem},
+		{sc.RunAsUser != nil, scRunAsUser}, {sc.RunAsGroup != nil, scRunAsGroup},
+		{sc.SeccompProfile != nil, scSeccompProfile}, {sc.AppArmorProfile != nil, scAppArmorProfile},
+		{sc.Capabilities != nil, scCapabilities}, {sc.Capabilities != nil && sc.Capabilities.Drop != nil, scCapabilitiesDrop},
+	} {
+		if f.set {
+			bits |= f.bit
+		}
+	}
+	return bits
+}
+
+// fieldGroups are the covered fields, each hashed apart into owned so that
+// a failed verification can name what changed. The hashes only locate: the
+// digest decides.
+var fieldGroups = []struct {
+	name string
+	of   func(*Content) any
+}{
+	{"image", func(c *Content) any { return c.Image }},
+	{"command", func(c *Content) any { return c.Command }},
+	{"args", func(c *Content) any { return c.Args }},
+	{"workingDir", func(c *Content) any { return c.WorkingDir }},
+	{"restartPolicy", func(c *Content) any { return []any{c.RestartPolicy, c.RestartPolicyRules} }},
+	{"env", func(c *Content) any { return c.Env }},
+	{"envFrom", func(c *Content) any { return c.EnvFrom }},
+	{"securityContext", func(c *Content) any { return c.SecurityContext }},
+	{"volumeMounts", func(c *Content) any { return c.VolumeMounts }},
+	{"volumeDevices", func(c *Content) any { return c.VolumeDevices }},
+	{"probes", func(c *Content) any { return []any{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} }},
+	{"lifecycle", func(c *Content) any { return c.Lifecycle }},
+}
+
+// locatorBytes is how much of each group's hash owned keeps.
+const locatorBytes = 3
+
+// fieldHashes hashes each group of a stored content.
+func fieldHashes(c *Content) []byte {
+	out := make([]byte, 0, len(fieldGroups)*locatorBytes)
+	for _, g := range fieldGroups {
+		raw, err := encjson.Marshal(g.of(c))
+		if err != nil {
+			panic(err) // these types always marshal
+		}
+		sum := sha256.Sum256(raw)
+		out = append(out, sum[:locatorBytes]...)
+	}
+	return out
+}
+
+// appendOwned writes "<i|r><env>.<mounts>.<securityContext bits>.<field hashes>".
+func appendOwned(dst []byte, c *Content, init bool) []byte {
+	kind := byte('r')
+	if init {
+		kind = 'i'
+	}
+	dst = append(dst, kind)
+	dst = strconv.AppendInt(dst, int64(len(c.Env)), 10)
+	dst = strconv.AppendInt(append(dst, '.'), int64(len(c.VolumeMounts)), 10)
+	dst = strconv.AppendUint(append(dst, '.'), uint64(securityContextBits(c.SecurityContext)), 10)
+	return base64.RawURLEncoding.AppendEncode(append(dst, '.'), fieldHashes(c))
+}
+
+// ownedEntry is one container's part of owned.
+type ownedEntry struct {
+	init        bool
+	env, mounts int
+	sc          uint16
+	fields      []byte
+}
+
+// parseOwned reads owned for n containers; a record the webhook signed
+// always parses.
+func parseOwned(owned string, n int) ([]ownedEntry, error) {
+	parts := strings.Split(owned, ",")
+	if len(parts) != n {
+		return nil, fmt.Errorf("%w: owned describes %d containers, the record names %d", ErrBadSignature, len(parts), n)
+	}
+	out := make([]ownedEntry, n)
+	for i, p := range parts {
+		f := strings.Split(p, ".")
+		if len(f) != 4 || len(f[0]) < 2 || f[0][0] != 'i' && f[0][0] != 'r' {
+			return nil, fmt.Errorf("%w: owned %q does not parse", ErrBadSignature, p)
+		}
+		e := &out[i]
+		e.init = f[0][0] == 'i'
+		var errs [4]error
+		e.env, errs[0] = strconv.Atoi(f[0][1:])
+		e.mounts, errs[1] = strconv.Atoi(f[1])
+		sc, err := strconv.ParseUint(f[2], 10, 16)
+		e.sc, errs[2] = uint16(sc), err
+		e.fields, errs[3] = base64.RawURLEncoding.DecodeString(f[3])
+		if slices.ContainsFunc(errs[:], func(err error) bool { return err != nil }) || e.env < 0 || e.mounts < 0 {
+			return nil, fmt.Errorf("%w: owned %q does not parse", ErrBadSignature, p)
+		}
+	}
+	return out, nil
+}
+
+// drift collects what changed in the injected containers after injection.
+type drift []string
+
+func (d *drift) add(format string, args ...any) { *d = append(*d, fmt.Sprintf(format, args...)) }
+
+func (d drift) err() error {
+	if len(d) == 0 {
+		return nil
+	}
+	const most = 4 // a message stays readable whatever the pod holds
+	more := ""
+	if len(d) > most {
+		more = fmt.Sprintf("; and %d more", len(d)-most)
+		d = d[:most]
+	}
+	return fmt.Errorf("%w: %s%s", ErrContentChanged, strings.Join(d, "; "), more)
+}
+
+// ours is what the webhook set in one injected container, cut out of the
+// container as stored, and what was added to it.
+type ours struct {
+	content   Content
+	addedEnv  []corev1.EnvVar
+	addedRefs []corev1.VolumeMount // added mounts, but the ServiceAccount token's
+}
+
+// cut splits a stored container into what the webhook set and what others
+// added, noting in d what breaks the rules for additions; exact allows
+// none but the ServiceAccount token's mount.
+func cut(pod *corev1.Pod, c *corev1.Container, e *ownedEntry, exact bool, d *drift) ours {
+	o := ours{content: contentOf(c)}
+	ct := &o.content
+	where := fmt.Sprintf("container %q", c.Name)
+	if len(ct.Env) < e.env {
+		d.add("%s: env has %d entries, the webhook set %d", where, len(ct.Env), e.env)
+	} else {
+		o.addedEnv, ct.Env = ct.Env[e.env:], ct.Env[:e.env:e.env]
+	}
+	if len(ct.VolumeMounts) < e.mounts {
+		d.add("%s: volumeMounts has %d entries, the webhook set %d", where, len(ct.VolumeMounts), e.mounts)
+	} else {
+		added := ct.VolumeMounts[e.mounts:]
+		ct.VolumeMounts = ct.VolumeMounts[:e.mounts:e.mounts]
+		for i := range added {
+			m := &added[i]
+			switch {
+			case isTokenMount(m) && isTokenVolume(pod, m.Name):
+			case isTokenMount(m) || AtTokenPath(m.MountPath):
+				d.add("%s: volumeMounts[%d] mounts volume %q where the ServiceAccount token goes, and it is not the token", where, e.mounts+i, m.Name)
+			default:
+				o.addedRefs = append(o.addedRefs, *m)
+			}
+		}
+	}
+	if exact {
+		for _, v := range o.addedEnv {
+			d.add("%s: env %q was added after injection, and the Sidecar's integrity is Exact", where, v.Name)
+		}
+		for _, m := range o.addedRefs {
+			d.add("%s: a volumeMount at %s was added after injection, and the Sidecar's integrity is Exact", where, m.MountPath)
+		}
+		return o
+	}
+	ct.SecurityContext = withoutHardening(ct.SecurityContext, e.sc, where, d)
+	return o
+}
+
+// withoutHardening takes out of sc the fields the webhook left unset that
+// another actor set to a value that restricts the container; any other such
+// field goes into d.
+func withoutHardening(sc *corev1.SecurityContext, set uint16, where string, d *drift) *corev1.SecurityContext {
+	if sc == nil {
+		return nil
+	}
+	sc = sc.DeepCopy()
+	for _, f := range []struct {
+		bit        uint16
+		name       string
+		present    bool
+		restricts  bool
+		clearField func()
+	}{
+		{scPrivileged, "privileged", sc.Privileged != nil, sc.Privileged != nil && !*sc.Privileged, func() { sc.Privileged = nil }},
+		{scAllowPrivilegeEscalation, "allowPrivilegeEscalation", sc.AllowPrivilegeEscalation != nil,
+			sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation, func() { sc.AllowPrivilegeEscalation = nil }},
+		{scRunAsNonRoot, "runAsNonRoot", sc.RunAsNonRoot != nil, sc.RunAsNonRoot != nil && *sc.RunAsNonRoot, func() { sc.RunAsNonRoot = nil }},
+		{scReadOnlyRootFilesystem, "readOnlyRootFilesystem", sc.ReadOnlyRootFilesystem != nil,
+			sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem, func() { sc.ReadOnlyRootFilesystem = nil }},
+		{scRunAsUser, "runAsUser", sc.RunAsUser != nil, sc.RunAsUser != nil && *sc.RunAsUser != 0, func() { sc.RunAsUser = nil }},
+		{scRunAsGroup, "runAsGroup", sc.RunAsGroup != nil, sc.RunAsGroup != nil && *sc.RunAsGroup != 0, func() { sc.RunAsGroup = nil }},
+		{scSeccompProfile, "seccompProfile", sc.SeccompProfile != nil,
+			sc.SeccompProfile != nil && sc.SeccompProfile.Type != corev1.SeccompProfileTypeUnconfined, func() { sc.SeccompProfile = nil }},
+		{scAppArmorProfile, "appArmorProfile", sc.AppArmorProfile != nil,
+			sc.AppArmorProfile != nil && sc.AppArmorProfile.Type != corev1.AppArmorProfileTypeUnconfined, func() { sc.AppArmorProfile = nil }},
+		{scCapabilitiesDrop, "capabilities.drop", sc.Capabilities != nil && sc.Capabilities.Drop != nil, true, func() { sc.Capabilities.Drop = nil }},
+	} {
+		if set&f.bit != 0 || !f.present {
+			continue
+		}
+		if !f.restricts {
+			d.add("%s: securityContext.%s was set after injection, to a value that does not restrict the container", where, f.name)
+			continue
+		}
+		f.clearField()
+	}
+	if set&scCapabilities == 0 && sc.Capabilities != nil && sc.Capabilities.Add == nil && sc.Capabilities.Drop == nil {
+		sc.Capabilities = nil
+	}
+	if set&scSet == 0 && *sc == (corev1.SecurityContext{}) {
+		return nil
+	}
+	return sc
+}
+
+// verifyOwned checks the injected containers of a record that says what
+// the webhook set (owned) against the pod as stored: what the webhook set
+// is all there and unchanged, and what others added cannot shadow it.
+func verifyOwned(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, containers []corev1.Container, exact bool) error {
+	entries, err := parseOwned(rec.Owned, len(containers))
+	if err != nil {
+		return err
+	}
+	var d drift
+	cuts := make([]ours, len(containers))
+	list := make([]Content, len(containers))
+	for i := range containers {
+		cuts[i] = cut(pod, &containers[i], &entries[i], exact, &d)
+		list[i] = cuts[i].content
+	}
+	mounted := MountedVolumes(list)
+	checkAdditions(pod, rec, cuts, mounted, &d)
+	checkPlacement(pod, rec, entries, mounted, &d)
+	if err := d.err(); err != nil {
+		return err
+	}
+	if !digestMatches(list, rec.Digest, !exact) {
+		return changedFields(list, entries, !exact)
+	}
+	if got, _ := VolumeDigest(mounted, podVolume(pod)); got != rec.VolumeDigest { // podVolume fails never
+		return fmt.Errorf("%w: %s", ErrVolumesChanged, strings.Join(mounted, ", "))
+	}
+	return nil
+}
+
+// checkAdditions: an added env entry may not take a name the webhook set
+// (the last entry of a name wins), and an added mount may not reach the
+// webhook's volumes or paths. Nothing may be added to the containers of a
+// Sidecar that confines a credential to them: what reaches their code or
+// files reaches what no other container of the pod holds.
+func checkAdditions(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, cuts []ours, mounted []string, d *drift) {
+	credential := confinedCredential(pod, rec.Containers, mounted)
+	for i := range cuts {
+		o := &cuts[i]
+		where := fmt.Sprintf("container %q", o.content.Name)
+		if credential != "" && (len(o.addedEnv) > 0 || len(o.addedRefs) > 0) {
+			d.add("%s: %s was added after injection, and the sidecar alone mounts credential volume %q", where, describeAdded(o), credential)
+			continue
+		}
+		for _, v := range o.addedEnv {
+			if slices.ContainsFunc(o.content.Env, func(e corev1.EnvVar) bool { return e.Name == v.Name }) {
+				d.add("%s: env %q was added again after injection, overriding the webhook's", where, v.Name)
+			}
+		}
+		for _, m := range o.addedRefs {
+			if slices.Contains(mounted, m.Name) {
+				d.add("%s: a volumeMount at %s of the sidecar's volume %q was added after injection", where, m.MountPath, m.Name)
+				continue
+			}
+			for _, own := range o.content.VolumeMounts {
+				if overlaps(m.MountPath, own.MountPath) {
+					d.add("%s: a volumeMount at %s was added after injection over the webhook's at %s", where, m.MountPath, own.MountPath)
+				}
+			}
+		}
+	}
+}
+
+func describeAdded(o *ours) string {
+	if len(o.addedEnv) > 0 {
+		return fmt.Sprintf("env %q", o.addedEnv[0].Name)
+	}
+	return "a volumeMount at " + o.addedRefs[0].MountPath
+}
+
+// overlaps reports whether one mount path is the other or holds it.
+func overlaps(a, b string) bool {
+	a, b = path.Clean("/"+a), path.Clean("/"+b)
+	within := func(inner, outer string) bool { return outer == "/" || strings.HasPrefix(inner, outer+"/") }
+	return a == b || within(a, b) || within(b, a)
+}
+
+// confinedCredential names a volume holding credentials (a Secret, a
+// projected token or Secret, a CSI volume) that the injected containers
+// mount and no other container of the pod does; "" when there is none.
+func confinedCredential(pod *corev1.Pod, injected, mounted []string) string {
+	for _, name := range mounted {
+		i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name })
+		if i < 0 || !holdsCredential(&pod.Spec.Volumes[i]) {
+			continue
+		}
+		if !mountedElsewhere(pod, injected, name) {
+			return name
+		}
+	}
+	return ""
+}
+
+func holdsCredential(v *corev1.Volume) bool {
+	if v.Secret != nil || v.CSI != nil {
+		return true
+	}
+	if v.Projected != nil {
+		return slices.ContainsFunc(v.Projected.Sources, func(p corev1.VolumeProjection) bool {
+			return p.Secret != nil || p.ServiceAccountToken != nil || p.PodCertificate != nil
+		})
+	}
+	return false
+}
+
+// mountedElsewhere reports whether a container the record does not name
+// mounts the volume.
+func mountedElsewhere(pod *corev1.Pod, injected []string, volume string) bool {
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if slices.Contains(injected, list[i].Name) {
+				continue
+			}
+			if slices.ContainsFunc(list[i].VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volume }) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkPlacement: each injected container is still of the kind it was
+// injected as, and no init container runs before an injected one and
+// mounts its volumes, unless an injection put it there: it could write
+// what the sidecar reads before the sidecar starts. Other init containers
+// may come before (a mesh's, a secrets agent's).
+func checkPlacement(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, entries []ownedEntry, mounted []string, d *drift) {
+	var injected []string // lazily: the containers every record of the pod names
+	for i, name := range rec.Containers {
+		at := containerIndex(pod.Spec.InitContainers, name)
+		if (at >= 0) != entries[i].init {
+			d.add("container %q was moved between initContainers and containers after injection", name)
+			continue
+		}
+		for j := range at {
+			before := &pod.Spec.InitContainers[j]
+			shared := slices.IndexFunc(MountedVolumes([]Content{contentOf(before)}), func(v string) bool { return slices.Contains(mounted, v) })
+			if shared < 0 {
+				continue
+			}
+			if injected == nil {
+				injected = recordedContainers(pod)
+			}
+			if !slices.Contains(injected, before.Name) {
+				d.add("initContainers[%d] %q runs before the sidecar's %q and mounts a volume it mounts; no injection put it there", j, before.Name, name)
+			}
+		}
+	}
+}
+
+// recordedContainers names the containers of every record of the pod.
+func recordedContainers(pod *corev1.Pod) []string {
+	var status v1alpha1.InjectionStatus
+	if err := encjson.Unmarshal([]byte(pod.Annotations[v1alpha1.AnnotationStatus]), &status); err != nil {
+		return []string{}
+	}
+	out := []string{}
+	for _, r := range status.Sidecars {
+		out = append(out, r.Containers...)
+	}
+	return out
+}
+
+// digestMatches compares what the webhook set with the record's digest;
+// pinned also tolerates an image pinned to a digest after injection
+// ("repo:tag" stored as "repo:tag@sha256:…", as Kyverno's verifyImages
+// writes it): the same repository and tag.
+func digestMatches(list []Content, want string, pinned bool) bool {
+	if DigestContents(slices.Clone(list)) == want {
+		return true
+	}
+	if !pinned || !slices.ContainsFunc(list, func(c Content) bool { return unpinned(c.Image) != c.Image }) {
+		return false
+	}
+	return DigestContents(withoutPins(list)) == want
+}
+
+func withoutPins(list []Content) []Content {
+	out := slices.Clone(list)
+	for i := range out {
+		out[i].Image = unpinned(out[i].Image)
+	}
+	return out
+}
+
+// unpinned drops a trailing "@sha256:<64 hex>" from an image that names a
+// tag before it: a pin of what the tag named then. An image that was
+// already pinned stays as it is.
+func unpinned(image string) string {
+	const suffix = len("@sha256:") + 64
+	if len(image) <= suffix {
+		return image
+	}
+	ref, pin := image[:len(image)-suffix], image[len(image)-suffix:]
+	if !strings.HasPrefix(pin, "@sha256:") || strings.Trim(pin[len("@sha256:"):], "0123456789abcdef") != "" || strings.Contains(ref, "@") {
+		return image
+	}
+	if slash := strings.LastIndexByte(ref, '/'); !strings.Contains(ref[slash+1:], ":") {
+		return image // no tag: the pin is the only name
+	}
+	return ref
+}
+
+// changedFields names, for each container, the covered fields whose hash
+// differs from what owned says the webhook set.
+func changedFields(list []Content, entries []ownedEntry, pinned bool) error {
+	if pinned {
+		list = withoutPins(list)
+	}
+	var d drift
+	for i := range list {
+		c := storedContent(list[i])
+		got := fieldHashes(&c)
+		var names []string
+		for g := range fieldGroups {
+			at := g * locatorBytes
+			if at+locatorBytes > len(entries[i].fields) || string(got[at:at+locatorBytes]) != string(entries[i].fields[at:at+locatorBytes]) {
+				names = append(names, fieldGroups[g].name)
+			}
+		}
+		if len(names) > 0 {
+			d.add("container %q: %s changed after injection", c.Name, strings.Join(names, ", "))
+		}
+	}
+	if len(d) == 0 {
+		d.add("the injected containers differ from what the webhook set")
+	}
+	return d.err()
+}
