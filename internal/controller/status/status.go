@@ -271,8 +271,8 @@ func (r *Reconciler) reportUnverified(ctx context.Context, view *grants.View, ke
 	if err != nil && !signing.Forged(err) {
 		// The webhook made it; an admission actor after it, or whoever copied
 		// the record, changed the containers: the Event names the field.
-		what = "no longer matches the pod: the injected containers changed after injection " +
-			"(by another admission webhook or policy, or in a copy of the record) beyond what the Sidecar's integrity allows"
+		what = "no longer matches the pod (another admission webhook or policy, or a copy of the record, " +
+			"changed the injected containers beyond what the Sidecar's integrity allows)"
 	}
 	told, err := r.events.tell(ctx, key, ref(pod), nil, corev1.EventTypeWarning, ReasonInjectionUnverified, "Verify",
 		fmt.Sprintf("the injection record of sidecar %q %s, so the pod gets none of the Sidecar's grants: %s", sidecar, what, reason))
