@@ -7,6 +7,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -197,6 +198,7 @@ func TestChangesAttributesDifferencesAfterOurWebhook(t *testing.T) {
 	f.VolumeMounts = append(f.VolumeMounts, corev1.VolumeMount{Name: "secrets", MountPath: "/vault/secrets"})
 	f.SecurityContext = &corev1.SecurityContext{RunAsNonRoot: new(true)}
 	f.Args = []string{"-v"}
+	f.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}
 	stored.Spec.Containers[0].Image = "app:2" // not ours: not compared
 
 	changes := c.Changes(rendered, stored, []string{"fluentd"})
@@ -211,6 +213,7 @@ func TestChangesAttributesDifferencesAfterOurWebhook(t *testing.T) {
 		"container fluentd: env TZ added" + by,
 		"container fluentd: volumeMount /vault/secrets added" + by,
 		"container fluentd: securityContext.runAsNonRoot added" + by,
+		"container fluentd: resources.requests.cpu added" + by,
 		"container fluentd: args added" + by,
 	}
 	if !slices.Equal(got, want) {

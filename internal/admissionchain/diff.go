@@ -70,8 +70,8 @@ func container(pod *corev1.Pod, name string) *corev1.Container {
 }
 
 // containerDiff says, field by field, how have differs from want: image,
-// env by name, volumeMounts by mountPath, securityContext by field, and any
-// other field as a whole.
+// env by name, volumeMounts by mountPath, securityContext by field, resource
+// requests and limits by resource, and any other field as a whole.
 func containerDiff(want, have corev1.Container) []string {
 	var out []string
 	if want.Image != have.Image {
@@ -82,8 +82,11 @@ func containerDiff(want, have corev1.Container) []string {
 	mountKey := func(m corev1.VolumeMount) string { return m.MountPath }
 	out = append(out, keyedDiff("volumeMount", want.VolumeMounts, withoutTokenMount(have.VolumeMounts), mountKey)...)
 	out = append(out, fieldDiff("securityContext.", want.SecurityContext, have.SecurityContext)...)
+	out = append(out, fieldDiff("resources.requests.", want.Resources.Requests, have.Resources.Requests)...)
+	out = append(out, fieldDiff("resources.limits.", want.Resources.Limits, have.Resources.Limits)...)
 	want.Image, want.Env, want.VolumeMounts, want.SecurityContext = "", nil, nil, nil
 	have.Image, have.Env, have.VolumeMounts, have.SecurityContext = "", nil, nil, nil
+	want.Resources.Requests, want.Resources.Limits, have.Resources.Requests, have.Resources.Limits = nil, nil, nil, nil
 	return append(out, fieldDiff("", want, have)...)
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sidecar-operator/sidecar-operator/internal/admissionchain"
 	"github.com/sidecar-operator/sidecar-operator/internal/diagnose"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 )
@@ -29,6 +30,11 @@ type VerifyReport struct {
 	Notes     []string          `json:"notes,omitempty"`
 	Warnings  []string          `json:"warnings,omitempty"`
 	Sidecars  []diagnose.Result `json:"sidecars"`
+	// AdmissionChain is the mutating webhooks and policies the test pod goes through.
+	AdmissionChain admissionchain.Chain `json:"admissionChain"`
+	// ChangedAfterWebhook holds, per Sidecar injected at its current
+	// revision, how its containers differ from what the webhook rendered.
+	ChangedAfterWebhook map[string][]admissionchain.Change `json:"changedAfterWebhook,omitempty"`
 }
 
 type verifyOptions struct {
@@ -171,10 +177,15 @@ func (o *verifyOptions) run(ctx context.Context, c client.Client, warnings *warn
 		report.Pod = attempt.Stored.Name
 	}
 	report.Warnings = warnings.take()
-	report.Sidecars = diagnose.Diagnose(diagnose.Cluster{
+	cluster := diagnose.Cluster{
 		Sidecars: snap.Sidecars, Engine: snap.Engine, EngineErr: snap.EngineErr,
 		NamespaceLabels: snap.NamespaceLabels, WebhookSkips: snap.WebhookSkips,
-	}, attempt, o.sidecars)
+	}
+	report.Sidecars = diagnose.Diagnose(cluster, attempt, o.sidecars)
+	report.AdmissionChain = admissionchain.Build(admissionchain.Load(ctx, c), admissionchain.Pod{
+		Namespace: o.namespace, NamespaceLabels: snap.Namespaces[o.namespace], Labels: attempt.Sent.Labels,
+	}, snap.WebhookName)
+	report.ChangedAfterWebhook = diagnose.ChangedAfterWebhook(cluster, attempt, report.AdmissionChain, report.Sidecars)
 	return report, nil
 }
 
@@ -202,9 +213,29 @@ func writeVerifyReport(w io.Writer, output string, r *VerifyReport) error {
 		for _, d := range s.Detail {
 			fmt.Fprintf(w, "      %s\n", d)
 		}
+		writeChanges(w, s.Sidecar, r.ChangedAfterWebhook)
+	}
+	for _, line := range r.AdmissionChain.Lines() {
+		fmt.Fprintln(w, line)
 	}
 	for _, warning := range r.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warning)
 	}
 	return nil
+}
+
+// writeChanges prints how a Sidecar's injected containers differ from what
+// the webhook rendered; nothing when they were not compared.
+func writeChanges(w io.Writer, sidecar string, changed map[string][]admissionchain.Change) {
+	changes, compared := changed[sidecar]
+	switch {
+	case !compared:
+	case len(changes) == 0:
+		fmt.Fprintf(w, "  %s: injected containers as our webhook rendered them\n", sidecar)
+	default:
+		fmt.Fprintf(w, "  %s: injected containers changed after our webhook:\n", sidecar)
+		for _, c := range changes {
+			fmt.Fprintf(w, "      %s\n", c)
+		}
+	}
 }
