@@ -45,7 +45,9 @@ the webhook's own decision, traced.
 
 With --sidecars it runs offline, as inject does, and knows only each
 namespace's kubernetes.io/metadata.name label. Without it, it reads the
-cluster's Sidecars and namespaces.
+cluster's Sidecars and namespaces, and lists the pod's admission chain: the
+MutatingAdmissionPolicies and mutating webhooks whose rules and selectors
+match it, in the order the apiserver calls them.
 
 'explain pod <namespace>/<name>' explains a live pod, including whether it
 carries each Sidecar at the current revision, an older one, or missed it.`,

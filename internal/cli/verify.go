@@ -70,6 +70,12 @@ default), the sidecar-operator.io/inject annotation naming the sidecars; use
 --opt-in=false with the labels and annotations of your own pods to check the
 selectors.
 
+It ends with the admission chain of the pod: the MutatingAdmissionPolicies and
+mutating webhooks whose rules and selectors match it, in the order the
+apiserver calls them, and which are called again after a later change. For
+each Sidecar injected, it says what differs in its containers from what the
+webhook rendered, and which of those could have changed it.
+
 --workload instead creates a Deployment and a Service, as a real application
 would, waits for the Deployment's pod if a controller-manager runs (else judges
 its pod template by dry-run), reports, and deletes all it created.
