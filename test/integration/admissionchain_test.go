@@ -42,8 +42,8 @@ func otherMutatingWebhook(name, ns, url string, reinvocation admissionv1.Reinvoc
 
 // cpuRequestPolicy requests 10m CPU for every container of the pods of
 // namespace ns. Reinvoked after our webhook injects, it changes the injected
-// container too, in a field the injection record does not cover (a change to
-// one it covers, env for example, has the pod denied).
+// container too, in a field the injection record does not cover, so that the
+// validating webhook admits the pod whatever it makes of changed containers.
 func cpuRequestPolicy(name, ns string) (*admissionv1.MutatingAdmissionPolicy, *admissionv1.MutatingAdmissionPolicyBinding) {
 	policy := &admissionv1.MutatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
