@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sidecar-operator/sidecar-operator/internal/admissionchain"
+	"github.com/sidecar-operator/sidecar-operator/internal/clusterstate"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/offline"
@@ -21,6 +23,9 @@ type explained struct {
 	// Live is set for a stored pod: Inject then means the pod missed it.
 	Live         bool                 `json:"live"`
 	Explanations []inject.Explanation `json:"sidecars"`
+	// AdmissionChain is the mutating webhooks and policies the pod goes
+	// through; nil offline.
+	AdmissionChain *admissionchain.Chain `json:"admissionChain,omitempty"`
 }
 
 func newExplainCommand() *cobra.Command {
@@ -40,7 +45,9 @@ the webhook's own decision, traced.
 
 With --sidecars it runs offline, as inject does, and knows only each
 namespace's kubernetes.io/metadata.name label. Without it, it reads the
-cluster's Sidecars and namespaces.
+cluster's Sidecars and namespaces, and lists the pod's admission chain: the
+MutatingAdmissionPolicies and mutating webhooks whose rules and selectors
+match it, in the order the apiserver calls them.
 
 'explain pod <namespace>/<name>' explains a live pod, including whether it
 carries each Sidecar at the current revision, an older one, or missed it.`,
@@ -59,6 +66,8 @@ carries each Sidecar at the current revision, an older one, or missed it.`,
 				return fmt.Errorf("%s: %w", file, err)
 			}
 			engine, nsLabels := (*inject.Engine)(nil), inject.NamespaceLabelsFunc(inject.DefaultNamespaceLabels)
+			// chainOf stays nil offline, where there is no admission chain to read.
+			var chainOf func(namespace string, podLabels map[string]string) *admissionchain.Chain
 			if sidecars != "" {
 				if engine, err = loadEngine(sidecars); err != nil {
 					return err
@@ -74,10 +83,15 @@ carries each Sidecar at the current revision, an older one, or missed it.`,
 				}
 				warnLeftOut(cmd, snap.EngineErr)
 				engine, nsLabels = snap.Engine, snap.NamespaceLabels
+				chainOf = chainReader(admissionchain.Load(cmd.Context(), c), snap)
 			}
 			var out []explained
 			for _, p := range pods {
-				out = append(out, explained{Source: p.Source, Namespace: p.Namespace, Explanations: engine.Explain(p.Pod, p.Namespace, nsLabels)})
+				x := explained{Source: p.Source, Namespace: p.Namespace, Explanations: engine.Explain(p.Pod, p.Namespace, nsLabels)}
+				if chainOf != nil {
+					x.AdmissionChain = chainOf(p.Namespace, p.Pod.Labels)
+				}
+				out = append(out, x)
 			}
 			return writeExplained(cmd.OutOrStdout(), output, out)
 		},
@@ -127,7 +141,8 @@ func newExplainPodCommand() *cobra.Command {
 			if w := snap.Owners.WorkloadOf(&pod); w.Kind != "Pod" {
 				source += " of " + w.String()
 			}
-			x := explained{Source: source, Namespace: namespace, Live: true, Explanations: snap.Engine.Explain(&pod, namespace, snap.NamespaceLabels)}
+			x := explained{Source: source, Namespace: namespace, Live: true, Explanations: snap.Engine.Explain(&pod, namespace, snap.NamespaceLabels),
+				AdmissionChain: chainReader(admissionchain.Load(cmd.Context(), c), snap)(namespace, pod.Labels)}
 			if fleet.Finished(&pod) {
 				x.Source += " (finished: not counted)"
 			} else if why := snap.WebhookSkips(namespace, pod.Labels); why != "" {
@@ -184,8 +199,27 @@ func writeExplained(w io.Writer, output string, list []explained) error {
 				fmt.Fprintf(w, "    template caps: %d bytes a parameter, %d bytes a rendered value, %d bytes all of a pod's\n", l.Parameter, l.Value, l.Pod)
 			}
 		}
+		if x.AdmissionChain != nil {
+			for _, line := range x.AdmissionChain.Lines() {
+				fmt.Fprintln(w, line)
+			}
+		}
 	}
 	return nil
+}
+
+// chainReader builds the admission chain of a pod from the cluster's
+// mutating admission configuration. A namespace not created yet is matched
+// with the label the apiserver will give it.
+func chainReader(o admissionchain.Objects, snap *clusterstate.Snapshot) func(namespace string, podLabels map[string]string) *admissionchain.Chain {
+	return func(namespace string, podLabels map[string]string) *admissionchain.Chain {
+		nsLabels, ok := snap.NamespaceLabels(namespace)
+		if !ok {
+			nsLabels, _ = inject.DefaultNamespaceLabels(namespace)
+		}
+		chain := admissionchain.Build(o, admissionchain.Pod{Namespace: namespace, NamespaceLabels: nsLabels, Labels: podLabels}, snap.WebhookName)
+		return &chain
+	}
 }
 
 // verdictText words a verdict; on a stored pod, Inject means it was missed.

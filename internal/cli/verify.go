@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sidecar-operator/sidecar-operator/internal/admissionchain"
 	"github.com/sidecar-operator/sidecar-operator/internal/diagnose"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 )
@@ -29,6 +30,11 @@ type VerifyReport struct {
 	Notes     []string          `json:"notes,omitempty"`
 	Warnings  []string          `json:"warnings,omitempty"`
 	Sidecars  []diagnose.Result `json:"sidecars"`
+	// AdmissionChain is the mutating webhooks and policies the test pod goes through.
+	AdmissionChain admissionchain.Chain `json:"admissionChain"`
+	// ChangedAfterWebhook holds, per Sidecar injected at its current
+	// revision, how its containers differ from what the webhook rendered.
+	ChangedAfterWebhook map[string][]admissionchain.Change `json:"changedAfterWebhook,omitempty"`
 }
 
 type verifyOptions struct {
@@ -63,6 +69,12 @@ The test pod carries --label and --annotation, and, with --opt-in (the
 default), the sidecar-operator.io/inject annotation naming the sidecars; use
 --opt-in=false with the labels and annotations of your own pods to check the
 selectors.
+
+It ends with the admission chain of the pod: the MutatingAdmissionPolicies and
+mutating webhooks whose rules and selectors match it, in the order the
+apiserver calls them, and which are called again after a later change. For
+each Sidecar injected, it says what differs in its containers from what the
+webhook rendered, and which of those could have changed it.
 
 --workload instead creates a Deployment and a Service, as a real application
 would, waits for the Deployment's pod if a controller-manager runs (else judges
@@ -171,10 +183,15 @@ func (o *verifyOptions) run(ctx context.Context, c client.Client, warnings *warn
 		report.Pod = attempt.Stored.Name
 	}
 	report.Warnings = warnings.take()
-	report.Sidecars = diagnose.Diagnose(diagnose.Cluster{
+	cluster := diagnose.Cluster{
 		Sidecars: snap.Sidecars, Engine: snap.Engine, EngineErr: snap.EngineErr,
 		NamespaceLabels: snap.NamespaceLabels, WebhookSkips: snap.WebhookSkips,
-	}, attempt, o.sidecars)
+	}
+	report.Sidecars = diagnose.Diagnose(cluster, attempt, o.sidecars)
+	report.AdmissionChain = admissionchain.Build(admissionchain.Load(ctx, c), admissionchain.Pod{
+		Namespace: o.namespace, NamespaceLabels: snap.Namespaces[o.namespace], Labels: attempt.Sent.Labels,
+	}, snap.WebhookName)
+	report.ChangedAfterWebhook = diagnose.ChangedAfterWebhook(cluster, attempt, report.AdmissionChain, report.Sidecars)
 	return report, nil
 }
 
@@ -202,9 +219,29 @@ func writeVerifyReport(w io.Writer, output string, r *VerifyReport) error {
 		for _, d := range s.Detail {
 			fmt.Fprintf(w, "      %s\n", d)
 		}
+		writeChanges(w, s.Sidecar, r.ChangedAfterWebhook)
+	}
+	for _, line := range r.AdmissionChain.Lines() {
+		fmt.Fprintln(w, line)
 	}
 	for _, warning := range r.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warning)
 	}
 	return nil
+}
+
+// writeChanges prints how a Sidecar's injected containers differ from what
+// the webhook rendered; nothing when they were not compared.
+func writeChanges(w io.Writer, sidecar string, changed map[string][]admissionchain.Change) {
+	changes, compared := changed[sidecar]
+	switch {
+	case !compared:
+	case len(changes) == 0:
+		fmt.Fprintf(w, "  %s: injected containers as our webhook rendered them\n", sidecar)
+	default:
+		fmt.Fprintf(w, "  %s: injected containers changed after our webhook:\n", sidecar)
+		for _, c := range changes {
+			fmt.Fprintf(w, "      %s\n", c)
+		}
+	}
 }
