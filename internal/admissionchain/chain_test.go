@@ -1,6 +1,8 @@
 package admissionchain
 
 import (
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
+
 	"slices"
 	"strings"
 	"testing"
@@ -190,7 +192,7 @@ func TestChangesAttributesDifferencesAfterOurWebhook(t *testing.T) {
 	// What the apiserver's defaulting and the ServiceAccount plugin add is not a change.
 	f.TerminationMessagePath, f.TerminationMessagePolicy, f.ImagePullPolicy = "/dev/termination-log", "File", "IfNotPresent"
 	f.Ports[0].Protocol = corev1.ProtocolTCP
-	f.VolumeMounts = append(f.VolumeMounts, corev1.VolumeMount{Name: "kube-api-access-x1y2z", MountPath: ServiceAccountTokenPath, ReadOnly: true})
+	f.VolumeMounts = append(f.VolumeMounts, corev1.VolumeMount{Name: "kube-api-access-x1y2z", MountPath: signing.TokenMountPath, ReadOnly: true})
 	// What others did is.
 	f.Image = "fluentd@sha256:abc"
 	f.Env[0].Value = "changed"

@@ -10,12 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-)
 
-// ServiceAccountTokenPath is where the ServiceAccount admission plugin mounts
-// a pod's token, into every container, injected ones included when the
-// apiserver reinvokes the in-tree plugins after the webhooks.
-const ServiceAccountTokenPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
+)
 
 // Change is one difference between an injected container as our webhook
 // rendered it and as the apiserver stored it.
@@ -119,7 +116,7 @@ func keyedDiff[T any](field string, want, have []T, key func(T) string) []string
 
 func withoutTokenMount(mounts []corev1.VolumeMount) []corev1.VolumeMount {
 	return slices.DeleteFunc(slices.Clone(mounts), func(m corev1.VolumeMount) bool {
-		return m.MountPath == ServiceAccountTokenPath && strings.HasPrefix(m.Name, "kube-api-access-")
+		return m.MountPath == signing.TokenMountPath && strings.HasPrefix(m.Name, signing.TokenVolumePrefix)
 	})
 }
 
@@ -158,7 +155,7 @@ func jsonFields(v any) map[string]any {
 // defaulting sets on every stored one, so that only what others changed
 // differs.
 func withAPIDefaults(c corev1.Container) corev1.Container {
-	c = *c.DeepCopy()
+	c = signing.StoredContainer(*c.DeepCopy())
 	if c.TerminationMessagePath == "" {
 		c.TerminationMessagePath = corev1.TerminationMessagePathDefault
 	}
@@ -173,14 +170,6 @@ func withAPIDefaults(c corev1.Container) corev1.Container {
 			c.Ports[i].Protocol = corev1.ProtocolTCP
 		}
 	}
-	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
-		probeDefaults(p)
-	}
-	for i := range c.Env {
-		if f := c.Env[i].ValueFrom; f != nil && f.FieldRef != nil && f.FieldRef.APIVersion == "" {
-			f.FieldRef.APIVersion = "v1"
-		}
-	}
 	// A limit without a request is the request too.
 	for name, limit := range c.Resources.Limits {
 		if _, ok := c.Resources.Requests[name]; !ok {
@@ -191,28 +180,6 @@ func withAPIDefaults(c corev1.Container) corev1.Container {
 		}
 	}
 	return c
-}
-
-func probeDefaults(p *corev1.Probe) {
-	if p == nil {
-		return
-	}
-	for _, d := range []struct {
-		field *int32
-		value int32
-	}{{&p.TimeoutSeconds, 1}, {&p.PeriodSeconds, 10}, {&p.SuccessThreshold, 1}, {&p.FailureThreshold, 3}} {
-		if *d.field == 0 {
-			*d.field = d.value
-		}
-	}
-	if h := p.HTTPGet; h != nil {
-		if h.Path == "" {
-			h.Path = "/"
-		}
-		if h.Scheme == "" {
-			h.Scheme = corev1.URISchemeHTTP
-		}
-	}
 }
 
 // defaultPullPolicy is Always for an image without a tag or tagged latest,

@@ -13,6 +13,14 @@ import (
 // they copy what they change and are idempotent. TestDefaultsMatchTheApiserver
 // (test/integration) holds them to a real apiserver's, field by field.
 
+// StoredContainer returns c with the apiserver's defaults for the fields
+// the digest covers, sharing what it does not change.
+func StoredContainer(c corev1.Container) corev1.Container {
+	ct := storedContent(contentOf(&c))
+	c.Env, c.LivenessProbe, c.ReadinessProbe, c.StartupProbe, c.Lifecycle = ct.Env, ct.LivenessProbe, ct.ReadinessProbe, ct.StartupProbe, ct.Lifecycle
+	return c
+}
+
 // storedContent returns c with the apiserver's defaults.
 func storedContent(c Content) Content {
 	c.Env = storedEnv(c.Env)
