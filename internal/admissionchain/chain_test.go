@@ -1,8 +1,6 @@
 package admissionchain
 
 import (
-	"github.com/sidecar-operator/sidecar-operator/internal/signing"
-
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 var podCreate = []admissionv1.RuleWithOperations{{
