@@ -34,10 +34,10 @@ func FuzzInjectJSON(f *testing.F) {
 // encoding/json: what it writes decodes to the record it was given, with
 // invalid UTF-8 replaced as encoding/json replaces it.
 func FuzzAppendRecord(f *testing.F) {
-	f.Add("fluentd", "deb2fc0052937f2c", "fluentd", "wesSrEHW", "shqdzTtT", "k1700000000.1T2a")
-	f.Add("a\"b\\c", "<&>\u2028", "x\xff", "", "", "")
-	f.Fuzz(func(t *testing.T, name, revision, container, digest, volumeDigest, signature string) {
-		rec := v1alpha1.InjectionRecord{Name: name, Revision: revision, Digest: digest, VolumeDigest: volumeDigest, Signature: signature}
+	f.Add("fluentd", "deb2fc0052937f2c", "fluentd", "wesSrEHW", "shqdzTtT", "r2.1.0.CyIedCNO", "k1700000000.1T2a")
+	f.Add("a\"b\\c", "<&>\u2028", "x\xff", "", "", "\x00", "")
+	f.Fuzz(func(t *testing.T, name, revision, container, digest, volumeDigest, owned, signature string) {
+		rec := v1alpha1.InjectionRecord{Name: name, Revision: revision, Digest: digest, VolumeDigest: volumeDigest, Owned: owned, Signature: signature}
 		if container != "" {
 			rec.Containers = []string{container, container + "-2"}
 		}
@@ -54,7 +54,8 @@ func FuzzAppendRecord(f *testing.F) {
 			}
 			return b.String()
 		}
-		want.Name, want.Revision, want.Digest, want.VolumeDigest, want.Signature = valid(name), valid(revision), valid(digest), valid(volumeDigest), valid(signature)
+		want.Name, want.Revision, want.Digest, want.VolumeDigest, want.Owned, want.Signature =
+			valid(name), valid(revision), valid(digest), valid(volumeDigest), valid(owned), valid(signature)
 		for i := range want.Containers {
 			want.Containers[i] = valid(want.Containers[i])
 		}

@@ -138,35 +138,51 @@ type ownedEntry struct {
 	init        bool
 	env, mounts int
 	sc          uint16
-	fields      []byte
+	fields      string // base64url, decoded only to name what changed
 }
 
 // parseOwned reads owned for n containers; a record the webhook signed
 // always parses.
 func parseOwned(owned string, n int) ([]ownedEntry, error) {
-	parts := strings.Split(owned, ",")
-	if len(parts) != n {
-		return nil, fmt.Errorf("%w: owned describes %d containers, the record names %d", ErrBadSignature, len(parts), n)
+	out := make([]ownedEntry, 0, n)
+	for rest, more := owned, true; more; {
+		var part string
+		part, rest, more = strings.Cut(rest, ",")
+		e, ok := parseOwnedEntry(part)
+		if !ok || len(out) == n {
+			return nil, fmt.Errorf("%w: owned %q does not describe the record's %d containers", ErrBadSignature, abbreviated(owned), n)
+		}
+		out = append(out, e)
 	}
-	out := make([]ownedEntry, n)
-	for i, p := range parts {
-		f := strings.Split(p, ".")
-		if len(f) != 4 || len(f[0]) < 2 || f[0][0] != 'i' && f[0][0] != 'r' {
-			return nil, fmt.Errorf("%w: owned %q does not parse", ErrBadSignature, p)
-		}
-		e := &out[i]
-		e.init = f[0][0] == 'i'
-		var errs [4]error
-		e.env, errs[0] = strconv.Atoi(f[0][1:])
-		e.mounts, errs[1] = strconv.Atoi(f[1])
-		sc, err := strconv.ParseUint(f[2], 10, 16)
-		e.sc, errs[2] = uint16(sc), err
-		e.fields, errs[3] = base64.RawURLEncoding.DecodeString(f[3])
-		if slices.ContainsFunc(errs[:], func(err error) bool { return err != nil }) || e.env < 0 || e.mounts < 0 {
-			return nil, fmt.Errorf("%w: owned %q does not parse", ErrBadSignature, p)
-		}
+	if len(out) != n {
+		return nil, fmt.Errorf("%w: owned describes %d containers, the record names %d", ErrBadSignature, len(out), n)
 	}
 	return out, nil
+}
+
+func parseOwnedEntry(p string) (ownedEntry, bool) {
+	var e ownedEntry
+	if len(p) < 2 || p[0] != 'i' && p[0] != 'r' {
+		return e, false
+	}
+	e.init = p[0] == 'i'
+	env, p, ok1 := strings.Cut(p[1:], ".")
+	mounts, p, ok2 := strings.Cut(p, ".")
+	sc, fields, ok3 := strings.Cut(p, ".")
+	var errs [3]error
+	e.env, errs[0] = strconv.Atoi(env)
+	e.mounts, errs[1] = strconv.Atoi(mounts)
+	bits, err := strconv.ParseUint(sc, 10, 16)
+	e.sc, errs[2], e.fields = uint16(bits), err, fields
+	return e, ok1 && ok2 && ok3 && errs == [3]error{} && e.env >= 0 && e.mounts >= 0
+}
+
+// abbreviated keeps an error short whatever a record holds.
+func abbreviated(s string) string {
+	if len(s) > 128 {
+		return s[:128] + "…"
+	}
+	return s
 }
 
 // drift collects what changed in the injected containers after injection.
@@ -201,7 +217,7 @@ type ours struct {
 func cut(pod *corev1.Pod, c *corev1.Container, e *ownedEntry, exact bool, d *drift) ours {
 	o := ours{content: contentOf(c)}
 	ct := &o.content
-	where := fmt.Sprintf("container %q", c.Name)
+	where := quoted(c.Name)
 	if len(ct.Env) < e.env {
 		d.add("%s: env has %d entries, the webhook set %d", where, len(ct.Env), e.env)
 	} else {
@@ -236,10 +252,15 @@ func cut(pod *corev1.Pod, c *corev1.Container, e *ownedEntry, exact bool, d *dri
 	return o
 }
 
+// quoted names a container in drift, formatted only when it is reported.
+type quoted string
+
+func (q quoted) String() string { return fmt.Sprintf("container %q", string(q)) }
+
 // withoutHardening takes out of sc the fields the webhook left unset that
 // another actor set to a value that restricts the container; any other such
 // field goes into d.
-func withoutHardening(sc *corev1.SecurityContext, set uint16, where string, d *drift) *corev1.SecurityContext {
+func withoutHardening(sc *corev1.SecurityContext, set uint16, where quoted, d *drift) *corev1.SecurityContext {
 	if sc == nil {
 		return nil
 	}
@@ -322,7 +343,7 @@ func checkAdditions(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, cuts []ours,
 	credential := confinedCredential(pod, rec.Containers, mounted)
 	for i := range cuts {
 		o := &cuts[i]
-		where := fmt.Sprintf("container %q", o.content.Name)
+		where := quoted(o.content.Name)
 		if credential != "" && (len(o.addedEnv) > 0 || len(o.addedRefs) > 0) {
 			d.add("%s: %s was added after injection, and the sidecar alone mounts credential volume %q", where, describeAdded(o), credential)
 			continue
@@ -446,12 +467,13 @@ func recordedContainers(pod *corev1.Pod) []string {
 	return out
 }
 
-// digestMatches compares what the webhook set with the record's digest;
+// digestMatches compares what the webhook set with the record's digest,
+// applying the apiserver's defaults to list;
 // pinned also tolerates an image pinned to a digest after injection
 // ("repo:tag" stored as "repo:tag@sha256:…", as Kyverno's verifyImages
 // writes it): the same repository and tag.
 func digestMatches(list []Content, want string, pinned bool) bool {
-	if DigestContents(slices.Clone(list)) == want {
+	if DigestContents(list) == want { // list is the caller's to change
 		return true
 	}
 	if !pinned || !slices.ContainsFunc(list, func(c Content) bool { return unpinned(c.Image) != c.Image }) {
@@ -496,10 +518,11 @@ func changedFields(list []Content, entries []ownedEntry, pinned bool) error {
 	for i := range list {
 		c := storedContent(list[i])
 		got := fieldHashes(&c)
+		want, _ := base64.RawURLEncoding.DecodeString(entries[i].fields) // a signed record's decodes
 		var names []string
 		for g := range fieldGroups {
 			at := g * locatorBytes
-			if at+locatorBytes > len(entries[i].fields) || string(got[at:at+locatorBytes]) != string(entries[i].fields[at:at+locatorBytes]) {
+			if at+locatorBytes > len(want) || string(got[at:at+locatorBytes]) != string(want[at:at+locatorBytes]) {
 				names = append(names, fieldGroups[g].name)
 			}
 		}
