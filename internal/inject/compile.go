@@ -84,6 +84,10 @@ func Revision(spec *v1alpha1.SidecarSpec) string {
 	if defaulted.OnMissingParameters == "" {
 		defaulted.OnMissingParameters = v1alpha1.MissingParametersReject
 	}
+	if defaulted.Integrity == v1alpha1.IntegrityTolerant {
+		// The default, added with it: Sidecars keep the revision they had.
+		defaulted.Integrity = ""
+	}
 	raw, err := encjson.Marshal(&defaulted)
 	if err != nil {
 		panic(err) // a SidecarSpec always marshals
