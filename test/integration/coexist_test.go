@@ -87,14 +87,33 @@ func (s *coexistScenario) template(t *testing.T, serviceAccount string, annotati
 	}
 	labels := map[string]string{"workload": serviceAccount}
 	maps.Copy(labels, s.selector)
+	token := []corev1.VolumeMount{{Name: serviceAccountTokenVolume, MountPath: serviceAccountTokenPath, ReadOnly: true}}
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: serviceAccount,
-			InitContainers:     []corev1.Container{{Name: coexistAppInit, Image: "registry.example.com/coexist/migrate:1.0"}},
-			Containers:         []corev1.Container{{Name: "app", Image: "registry.example.com/coexist/app:1.0"}},
+			InitContainers:     []corev1.Container{{Name: coexistAppInit, Image: "registry.example.com/coexist/migrate:1.0", VolumeMounts: token}},
+			Containers:         []corev1.Container{{Name: "app", Image: "registry.example.com/coexist/app:1.0", VolumeMounts: token}},
+			Volumes:            []corev1.Volume{projectedServiceAccountToken()},
 		},
 	}
+}
+
+// serviceAccountTokenVolume is the token volume the ServiceAccount admission
+// plugin adds before the mutating webhooks. envtest's apiserver runs without
+// that plugin, so the workload brings it, as the plugin would make it: the
+// vault agents mount it, and refuse a pod without it.
+const serviceAccountTokenVolume = "kube-api-access-coexist"
+
+func projectedServiceAccountToken() corev1.Volume {
+	return corev1.Volume{Name: serviceAccountTokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: new(int32(0o644)),
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{ExpirationSeconds: new(int64(3607)), Path: "token"}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+		},
+	}}}
 }
 
 // run creates a Pod and a Deployment of one replica, hands each stored pod
