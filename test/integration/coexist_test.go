@@ -44,6 +44,7 @@ type coexistScenario struct {
 
 func newCoexistScenario(t *testing.T, namespaceLabels map[string]string) *coexistScenario {
 	t.Helper()
+	needControllerManager(t)
 	id := rand.String(6)
 	s := &coexistScenario{
 		ns:       createNamespace(t, namespaceLabels),
