@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -76,10 +77,13 @@ func startKyverno(t *testing.T, namespace string) {
 		t.Fatalf("reading the build info of %s: %v", bin, err)
 	}
 	version := ""
-	for _, dep := range info.Deps {
-		if dep.Path == kyvernoModule {
-			version = dep.Version
+	for _, m := range append([]*debug.Module{&info.Main}, info.Deps...) {
+		if m.Path == kyvernoModule {
+			version = m.Version
 		}
+	}
+	if version == "" {
+		t.Fatalf("%s was not built from %s", bin, kyvernoModule)
 	}
 	t.Logf("Kyverno: %s %s (built with %s), binary %s", kyvernoModule, version, info.GoVersion, bin)
 
@@ -142,7 +146,7 @@ func startKyverno(t *testing.T, namespace string) {
 		_ = logFile.Close()
 		deleteKyvernoWebhooks(t)
 		if t.Failed() {
-			logTail(t, logFile.Name(), 40)
+			logTail(t, logFile.Name(), 15)
 		}
 	})
 	var startup string
@@ -198,7 +202,11 @@ func logTail(t *testing.T, path string, n int) {
 		return
 	}
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	t.Logf("the last %d lines of %s:\n%s", n, path, strings.Join(lines[max(0, len(lines)-n):], "\n"))
+	lines = lines[max(0, len(lines)-n):]
+	for i, l := range lines {
+		lines[i] = l[:min(len(l), 400)]
+	}
+	t.Logf("the last %d lines of %s, cut at 400 bytes:\n%s", n, path, strings.Join(lines, "\n"))
 }
 
 // deleteKyvernoWebhooks deletes the webhook configurations Kyverno made: it
@@ -215,8 +223,8 @@ func deleteKyvernoWebhooks(t *testing.T) {
 }
 
 // kyvernoDefaultsPolicy is the most common kind of mutate policy: for each
-// container and each init container, TZ=UTC and allowPrivilegeEscalation
-// false, each only where absent (+() anchors).
+// container and each init container, env TZ=UTC (merged by name, the list's
+// patch key) and allowPrivilegeEscalation false where absent (a +() anchor).
 const kyvernoDefaultsPolicy = `
 apiVersion: kyverno.io/v1
 kind: ClusterPolicy
@@ -237,7 +245,7 @@ spec:
                   - name: "{{ element.name }}"
                     env:
                       - name: TZ
-                        +(value): UTC
+                        value: UTC
                     securityContext:
                       +(allowPrivilegeEscalation): false
     - name: init-container-defaults
@@ -253,14 +261,15 @@ spec:
                   - name: "{{ element.name }}"
                     env:
                       - name: TZ
-                        +(value): UTC
+                        value: UTC
                     securityContext:
                       +(allowPrivilegeEscalation): false
 `
 
 // applyKyvernoDefaultsPolicy applies the policy for namespace and waits
 // until Kyverno applies it: its rules are in Kyverno's mutating
-// configuration, reinvoked IfNeeded, and a dry-run pod comes back with TZ.
+// configuration, reinvoked IfNeeded, and a dry-run pod comes back with both
+// defaults.
 func applyKyvernoDefaultsPolicy(t *testing.T, namespace string) {
 	t.Helper()
 	ctx := context.Background()
@@ -291,8 +300,8 @@ func applyKyvernoDefaultsPolicy(t *testing.T, namespace string) {
 			if err := k8s.Create(ctx, probe, client.DryRunAll); err != nil {
 				return err
 			}
-			if tz := envValue(&probe.Spec.Containers[0], "TZ"); tz != "UTC" {
-				return fmt.Errorf("kyverno's webhook %s is registered, but a dry-run pod has env %v", w.Name, probe.Spec.Containers[0].Env)
+			if c := probe.Spec.Containers[0]; envValue(&c, "TZ") != "UTC" || c.SecurityContext == nil || c.SecurityContext.AllowPrivilegeEscalation == nil {
+				return fmt.Errorf("kyverno's webhook %s is registered, but a dry-run pod has env %v, securityContext %+v", w.Name, c.Env, c.SecurityContext)
 			}
 			return nil
 		}
