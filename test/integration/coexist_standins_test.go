@@ -112,9 +112,10 @@ func answerReview(w http.ResponseWriter, r *http.Request, mutate mutatePod) {
 }
 
 // registerStandIn publishes cfg with every webhook of it calling s, and
-// deletes it after the test.
-func registerStandIn(t *testing.T, s *standIn, cfg *admissionregv1.MutatingWebhookConfiguration) {
+// deletes it after the test; the log names the source it stands in for.
+func registerStandIn(t *testing.T, s *standIn, cfg *admissionregv1.MutatingWebhookConfiguration, source string) {
 	t.Helper()
+	t.Logf("%s: a stand-in for %s", cfg.Name, source)
 	for i := range cfg.Webhooks {
 		cfg.Webhooks[i].ClientConfig = admissionregv1.WebhookClientConfig{URL: new(s.url + "/mutate"), CABundle: s.caPEM}
 	}

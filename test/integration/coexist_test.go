@@ -256,7 +256,7 @@ func wantInitOrder(t *testing.T, pod *corev1.Pod, want ...string) {
 // with agent-init-first, re-adds the init containers after its own.
 func TestCoexistWithVaultAgentInjector(t *testing.T) {
 	s := newCoexistScenario(t, nil)
-	registerStandIn(t, serveStandIn(t, vaultAgentInjector), vaultInjectorConfiguration())
+	registerStandIn(t, serveStandIn(t, vaultAgentInjector), vaultInjectorConfiguration(), "hashicorp/vault-k8s v1.7.6 (fbc5b1f), vault-helm 0.34.1 defaults")
 	annotations := map[string]string{
 		vaultAnnotationInject:                        "true",
 		vaultAnnotationInitFirst:                     "true",
@@ -285,7 +285,7 @@ func TestCoexistWithEKSPodIdentityWebhook(t *testing.T) {
 	for _, reinvocation := range []admissionregv1.ReinvocationPolicyType{admissionregv1.NeverReinvocationPolicy, admissionregv1.IfNeededReinvocationPolicy} {
 		t.Run("reinvocationPolicy="+string(reinvocation), func(t *testing.T) {
 			s := newCoexistScenario(t, nil)
-			registerStandIn(t, serveStandIn(t, eksPodIdentityWebhook), eksPodIdentityConfiguration(reinvocation))
+			registerStandIn(t, serveStandIn(t, eksPodIdentityWebhook), eksPodIdentityConfiguration(reinvocation), "aws/amazon-eks-pod-identity-webhook v0.6.17-5-g3bf80a34")
 			roleARN := "arn:aws:iam::111122223333:role/coexist"
 			s.run(t, nil, map[string]string{eksRoleARNAnnotation: roleARN}, func(t *testing.T, pod *corev1.Pod) {
 				native, regular := s.injected(t, pod)
@@ -314,7 +314,7 @@ func TestCoexistWithEKSPodIdentityWebhook(t *testing.T) {
 // ours included.
 func TestCoexistWithMeshInjector(t *testing.T) {
 	s := newCoexistScenario(t, map[string]string{meshInjectionLabel: "enabled"})
-	registerStandIn(t, serveStandIn(t, meshInjector), meshInjectorConfiguration())
+	registerStandIn(t, serveStandIn(t, meshInjector), meshInjectorConfiguration(), "an Istio-like injector with native sidecars (istio reorderPod)")
 	s.run(t, nil, nil, func(t *testing.T, pod *corev1.Pod) {
 		s.injected(t, pod)
 		wantInitOrder(t, pod, "istio-init", "istio-proxy", s.native.Name, coexistAppInit)
@@ -357,7 +357,7 @@ func TestCoexistWithKyverno(t *testing.T) {
 // same patch under Kyverno's configuration name.
 func TestCoexistWithKyvernoImageDigests(t *testing.T) {
 	s := newCoexistScenario(t, nil)
-	registerStandIn(t, serveStandIn(t, kyvernoMutateDigest), kyvernoDigestConfiguration(s.ns))
+	registerStandIn(t, serveStandIn(t, kyvernoMutateDigest), kyvernoDigestConfiguration(s.ns), "kyverno v1.19.1 verifyImages mutateDigest")
 	s.run(t, nil, nil, func(t *testing.T, pod *corev1.Pod) {
 		native, regular := s.injected(t, pod)
 		for _, c := range []*corev1.Container{native, regular, &pod.Spec.Containers[0]} {
