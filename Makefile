@@ -79,7 +79,7 @@ test-chart: ## helm lint --strict and helm template of the chart, with the defau
 .PHONY: test
 test: lint verify-generated control-plane test-monitoring test-chart ## Everything: lint, generated files, monitoring, the chart, unit and integration tests with -race (test/node on a real node), brief fuzzing.
 	@NODE=1 hack/build-control-plane.sh >/dev/null
-	KUBEBUILDER_ASSETS=$(ASSETS) CHROMIUM=$$(hack/ensure-chromium.sh) go test -race -count=1 ./...
+	KUBEBUILDER_ASSETS=$(ASSETS) KYVERNO=$$(hack/build-kyverno.sh) CHROMIUM=$$(hack/ensure-chromium.sh) go test -race -count=1 ./...
 	$(MAKE) --no-print-directory test-fuzz
 
 .PHONY: test-monitoring
