@@ -180,6 +180,36 @@ func (s *coexistScenario) run(t *testing.T, annotations, serviceAccountAnnotatio
 	}
 }
 
+// wantChain checks that verify, for a pod of the scenario with annotations,
+// lists the mutating webhooks of these configurations in this order, ours
+// among them as "sidecar-operator".
+func (s *coexistScenario) wantChain(t *testing.T, annotations map[string]string, configurations ...string) {
+	t.Helper()
+	args := []string{"verify", "-n", s.ns, "--sidecar", s.native.Name + "," + s.regular.Name, "--opt-in=false"}
+	for k, v := range s.selector {
+		args = append(args, "--label", k+"="+v)
+	}
+	for k, v := range annotations {
+		args = append(args, "--annotation", k+"="+v)
+	}
+	eventually(t, 30*time.Second, func() error { // the apiserver's webhook cache catches up
+		// verify's own pod may be refused here: envtest runs no ServiceAccount
+		// plugin, so a stand-in that adds a projected token (the mesh's, Vault's)
+		// meets a pod without serviceAccountName. The chain is listed anyway.
+		out, _ := runCLI(t, args...)
+		at := 0
+		for _, c := range configurations {
+			i := strings.Index(out[at:], ". webhook "+c+"/")
+			if i < 0 {
+				return fmt.Errorf("verify does not list %s after the steps before it:\n%s", c, out)
+			}
+			at += i + 1
+		}
+		t.Logf("verify:\n%s", out)
+		return nil
+	})
+}
+
 // waitReplica waits for the Deployment's pod; if the ReplicaSet cannot make
 // it, the error says why (the admission denial).
 func (s *coexistScenario) waitReplica(t *testing.T, labels map[string]string) *corev1.Pod {
@@ -275,6 +305,7 @@ func TestCoexistWithVaultAgentInjector(t *testing.T) {
 			t.Errorf("vault-agent not injected: containers %v, annotations %v", containerNames(pod.Spec.Containers), pod.Annotations)
 		}
 	})
+	s.wantChain(t, annotations, "sidecar-operator", "vault-agent-injector-cfg")
 }
 
 // The EKS pod identity webhook runs before the webhook (pod-identity-webhook
@@ -305,6 +336,7 @@ func TestCoexistWithEKSPodIdentityWebhook(t *testing.T) {
 					t.Errorf("first volume %+v, want the projected %s", pod.Spec.Volumes[0], eksTokenVolume)
 				}
 			})
+			s.wantChain(t, nil, "pod-identity-webhook", "sidecar-operator")
 		})
 	}
 }
@@ -322,6 +354,7 @@ func TestCoexistWithMeshInjector(t *testing.T) {
 			t.Errorf("istio-init capabilities %v", caps)
 		}
 	})
+	s.wantChain(t, nil, "istio-sidecar-injector", "sidecar-operator")
 }
 
 // Kyverno's webhook sorts before ours and is reinvoked after it: a foreach
@@ -349,6 +382,7 @@ func TestCoexistWithKyverno(t *testing.T) {
 			}
 		}
 	})
+	s.wantChain(t, nil, "kyverno-resource-mutating-webhook-cfg", "sidecar-operator")
 }
 
 // Kyverno's verifyImages with mutateDigest (its default) pins every image it
@@ -366,4 +400,5 @@ func TestCoexistWithKyvernoImageDigests(t *testing.T) {
 			}
 		}
 	})
+	s.wantChain(t, nil, "kyverno-resource-mutating-webhook-cfg", "sidecar-operator")
 }
