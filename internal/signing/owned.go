@@ -320,13 +320,15 @@ func verifyOwned(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, containers []co
 		list[i] = cuts[i].content
 	}
 	mounted := MountedVolumes(list)
-	checkAdditions(pod, rec, cuts, mounted, &d)
-	checkPlacement(pod, rec, entries, mounted, &d)
+	credential := heldCredential(pod, list, mounted)
+	checkAdditions(cuts, mounted, credential, &d)
+	checkPlacement(pod, rec, entries, mounted, credential, &d)
 	if err := d.err(); err != nil {
 		return err
 	}
-	if !digestMatches(list, rec.Digest, !exact) {
-		return changedFields(list, entries, !exact)
+	pinned := !exact && credential == "" // a pin may name any build of the repository
+	if !digestMatches(list, rec.Digest, pinned) {
+		return changedFields(list, entries, pinned)
 	}
 	if got, _ := VolumeDigest(mounted, podVolume(pod)); got != rec.VolumeDigest { // podVolume fails never
 		return fmt.Errorf("%w: %s", ErrVolumesChanged, strings.Join(mounted, ", "))
@@ -335,22 +337,34 @@ func verifyOwned(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, containers []co
 }
 
 // checkAdditions: an added env entry may not take a name the webhook set
-// (the last entry of a name wins), and an added mount may not reach the
+// (the last entry of a name wins), one its envFrom may set, or one its
+// command, args or env read as $(NAME); an added mount may not reach the
 // webhook's volumes or paths. Nothing may be added to the containers of a
-// Sidecar that confines a credential to them: what reaches their code or
-// files reaches what no other container of the pod holds.
-func checkAdditions(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, cuts []ours, mounted []string, d *drift) {
-	credential := confinedCredential(pod, rec.Containers, mounted)
+// Sidecar that holds a credential: what reaches their code or files
+// reaches the credential.
+func checkAdditions(cuts []ours, mounted []string, credential string, d *drift) {
 	for i := range cuts {
 		o := &cuts[i]
 		where := quoted(o.content.Name)
 		if credential != "" && (len(o.addedEnv) > 0 || len(o.addedRefs) > 0) {
-			d.add("%s: %s was added after injection, and the sidecar alone mounts credential volume %q", where, describeAdded(o), credential)
+			d.add("%s: %s was added after injection, and the sidecar holds %s", where, describeAdded(o), credential)
 			continue
 		}
+		if len(o.addedEnv) > 0 && len(o.content.EnvFrom) > 0 {
+			d.add("%s: env %q was added after injection, and the webhook set envFrom, whose names it could override", where, o.addedEnv[0].Name)
+			continue
+		}
+		var read []string // lazily: the names the webhook's strings expand
 		for _, v := range o.addedEnv {
 			if slices.ContainsFunc(o.content.Env, func(e corev1.EnvVar) bool { return e.Name == v.Name }) {
 				d.add("%s: env %q was added again after injection, overriding the webhook's", where, v.Name)
+				continue
+			}
+			if read == nil {
+				read = expanded(&o.content)
+			}
+			if slices.Contains(read, v.Name) {
+				d.add("%s: env %q was added after injection, and the webhook's command, args or env read it as $(%s)", where, v.Name, v.Name)
 			}
 		}
 		for _, m := range o.addedRefs {
@@ -367,6 +381,34 @@ func checkAdditions(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, cuts []ours,
 	}
 }
 
+// expanded names the variables that the container's command, args and env
+// values read as $(NAME); never empty, so that it is computed once.
+func expanded(c *Content) []string {
+	out := []string{""}
+	scan := func(s string) {
+		for {
+			i := strings.Index(s, "$(")
+			if i < 0 {
+				return
+			}
+			s = s[i+2:]
+			if j := strings.IndexByte(s, ')'); j >= 0 {
+				out = append(out, s[:j])
+				s = s[j+1:]
+			}
+		}
+	}
+	for _, list := range [][]string{c.Command, c.Args} {
+		for _, s := range list {
+			scan(s)
+		}
+	}
+	for _, e := range c.Env {
+		scan(e.Value)
+	}
+	return out
+}
+
 func describeAdded(o *ours) string {
 	if len(o.addedEnv) > 0 {
 		return fmt.Sprintf("env %q", o.addedEnv[0].Name)
@@ -381,17 +423,28 @@ func overlaps(a, b string) bool {
 	return a == b || within(a, b) || within(b, a)
 }
 
-// confinedCredential names a volume holding credentials (a Secret, a
-// projected token or Secret, a CSI volume) that the injected containers
-// mount and no other container of the pod does; "" when there is none.
-func confinedCredential(pod *corev1.Pod, injected, mounted []string) string {
+// heldCredential describes a credential the injected containers hold of
+// their own: a volume holding one (a Secret, a projected token or Secret, a
+// CSI volume) or env from a Secret; "" when they hold none. Whether the
+// pod's other containers hold it too is not asked: a mount of part of it,
+// or of none (a subPath the Secret lacks), would pass for sharing.
+func heldCredential(pod *corev1.Pod, list []Content, mounted []string) string {
 	for _, name := range mounted {
 		i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name })
-		if i < 0 || !holdsCredential(&pod.Spec.Volumes[i]) {
-			continue
+		if i >= 0 && holdsCredential(&pod.Spec.Volumes[i]) {
+			return fmt.Sprintf("credential volume %q", name)
 		}
-		if !mountedElsewhere(pod, injected, name) {
-			return name
+	}
+	for i := range list {
+		for _, e := range list[i].Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				return fmt.Sprintf("env %q from Secret %q", e.Name, e.ValueFrom.SecretKeyRef.Name)
+			}
+		}
+		for _, e := range list[i].EnvFrom {
+			if e.SecretRef != nil {
+				return fmt.Sprintf("envFrom Secret %q", e.SecretRef.Name)
+			}
 		}
 	}
 	return ""
@@ -409,62 +462,36 @@ func holdsCredential(v *corev1.Volume) bool {
 	return false
 }
 
-// mountedElsewhere reports whether a container the record does not name
-// mounts the volume.
-func mountedElsewhere(pod *corev1.Pod, injected []string, volume string) bool {
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			if slices.Contains(injected, list[i].Name) {
-				continue
-			}
-			if slices.ContainsFunc(list[i].VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volume }) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // checkPlacement: each injected container is still of the kind it was
-// injected as, and no init container runs before an injected one and
-// mounts its volumes, unless an injection put it there: it could write
-// what the sidecar reads before the sidecar starts. Other init containers
-// may come before (a mesh's, a secrets agent's).
-func checkPlacement(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, entries []ownedEntry, mounted []string, d *drift) {
-	var injected []string // lazily: the containers every record of the pod names
+// injected as, and no init container of the pod's runs before a native
+// sidecar and mounts its volumes: it could write what the sidecar reads
+// before the sidecar starts. Other init containers may come before (a
+// mesh's, a secrets agent's). Where the sidecar holds a credential, no init
+// container of the pod's may mount its volumes at all: every one runs
+// before a regular container.
+func checkPlacement(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, entries []ownedEntry, mounted []string, credential string, d *drift) {
 	for i, name := range rec.Containers {
 		at := containerIndex(pod.Spec.InitContainers, name)
 		if (at >= 0) != entries[i].init {
 			d.add("container %q was moved between initContainers and containers after injection", name)
 			continue
 		}
-		for j := range at {
-			before := &pod.Spec.InitContainers[j]
-			shared := slices.IndexFunc(MountedVolumes([]Content{contentOf(before)}), func(v string) bool { return slices.Contains(mounted, v) })
-			if shared < 0 {
+		before := pod.Spec.InitContainers
+		if at >= 0 {
+			before = before[:at]
+		} else if credential == "" {
+			continue
+		}
+		for j := range before {
+			c := &before[j]
+			if slices.Contains(rec.Containers, c.Name) {
 				continue
 			}
-			if injected == nil {
-				injected = recordedContainers(pod)
-			}
-			if !slices.Contains(injected, before.Name) {
-				d.add("initContainers[%d] %q runs before the sidecar's %q and mounts a volume it mounts; no injection put it there", j, before.Name, name)
+			if slices.ContainsFunc(MountedVolumes([]Content{contentOf(c)}), func(v string) bool { return slices.Contains(mounted, v) }) {
+				d.add("initContainers[%d] %q runs before the sidecar's %q and mounts a volume it mounts", j, c.Name, name)
 			}
 		}
 	}
-}
-
-// recordedContainers names the containers of every record of the pod.
-func recordedContainers(pod *corev1.Pod) []string {
-	var status v1alpha1.InjectionStatus
-	if err := encjson.Unmarshal([]byte(pod.Annotations[v1alpha1.AnnotationStatus]), &status); err != nil {
-		return []string{}
-	}
-	out := []string{}
-	for _, r := range status.Sidecars {
-		out = append(out, r.Containers...)
-	}
-	return out
 }
 
 // digestMatches compares what the webhook set with the record's digest,

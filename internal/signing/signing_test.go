@@ -388,10 +388,11 @@ func TestVerifyInitContainerPlacement(t *testing.T) {
 	}
 }
 
-// A Sidecar whose containers alone mount a credential tolerates no
-// addition: what reaches their code reaches what the pod's own containers
-// do not hold. Where the pod's containers mount it too, nothing is gained.
-func TestVerifyConfinedCredential(t *testing.T) {
+// A Sidecar whose containers hold a credential tolerates no addition and no
+// digest pin: what reaches their code reaches the credential. That the
+// pod's own containers mount it too is not asked: a mount of a subPath the
+// Secret lacks would pass for sharing (the review's decoy).
+func TestVerifyHeldCredential(t *testing.T) {
 	r := ring(t, map[string][]byte{"k1000": secretOf(1)}, 0)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
@@ -408,12 +409,17 @@ func TestVerifyConfinedCredential(t *testing.T) {
 	preload := pod.DeepCopy()
 	preload.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "LD_PRELOAD", Value: "/tmp/x.so"}}
 	err := r.Verify(preload, "uid", false, rec)
-	if !errors.Is(err, ErrContentChanged) || !strings.Contains(err.Error(), `the sidecar alone mounts credential volume "agent-token"`) {
-		t.Fatalf("LD_PRELOAD added to a sidecar that alone holds a token: got %v", err)
+	if !errors.Is(err, ErrContentChanged) || !strings.Contains(err.Error(), `the sidecar holds credential volume "agent-token"`) {
+		t.Fatalf("LD_PRELOAD added to a sidecar that holds a token: got %v", err)
 	}
 	shared := preload.DeepCopy()
 	shared.Spec.Containers[0].VolumeMounts = pod.Spec.Containers[1].VolumeMounts
-	if err := r.Verify(shared, "uid", false, rec); err != nil {
-		t.Fatalf("the app mounts the token too, so the addition gains nothing: %v", err)
+	if err := r.Verify(shared, "uid", false, rec); !errors.Is(err, ErrContentChanged) {
+		t.Fatalf("the app mounts the token too: got %v, want %v", err, ErrContentChanged)
+	}
+	pinned := pod.DeepCopy()
+	pinned.Spec.Containers[1].Image += "@sha256:" + hex64
+	if err := r.Verify(pinned, "uid", false, rec); !errors.Is(err, ErrContentChanged) {
+		t.Fatalf("its image pinned to a digest the pod creator chose: got %v, want %v", err, ErrContentChanged)
 	}
 }

@@ -185,7 +185,8 @@ func (s *coexistScenario) run(t *testing.T, annotations, serviceAccountAnnotatio
 // among them as "sidecar-operator".
 func (s *coexistScenario) wantChain(t *testing.T, annotations map[string]string, configurations ...string) {
 	t.Helper()
-	args := []string{"verify", "-n", s.ns, "--sidecar", s.native.Name + "," + s.regular.Name, "--opt-in=false"}
+	args := make([]string, 0, 6+2*len(s.selector)+2*len(annotations))
+	args = append(args, "verify", "-n", s.ns, "--sidecar", s.native.Name+","+s.regular.Name, "--opt-in=false")
 	for k, v := range s.selector {
 		args = append(args, "--label", k+"="+v)
 	}

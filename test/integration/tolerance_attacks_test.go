@@ -49,9 +49,9 @@ func copyOf(injected *corev1.Pod, labels map[string]string, edit func(sidecar *c
 	return p
 }
 
-// Where the sidecar alone holds a credential, what reaches its code or its
-// files leaves the pod unverified: the tenant's own containers do not hold
-// that token, so gaining the sidecar's code would gain it.
+// Where the sidecar holds a credential of its own, what reaches its code or
+// its files leaves the pod unverified: the tenant's own containers need not
+// hold that credential, so gaining the sidecar's code would gain it.
 func TestAttackCopiedRecordReachesConfinedSidecar(t *testing.T) {
 	ctx := context.Background()
 	sc := confinedAgent()
@@ -98,7 +98,7 @@ func TestAttackCopiedRecordReachesConfinedSidecar(t *testing.T) {
 	waitBinding(t, sc, ns)
 	assertNoGrant(t, sc, ns, "copies whose confined sidecar has code-loading env or mounts added")
 	if admitted > 0 {
-		waitUnverifiedEventNaming(t, ns, sc.Name, "the sidecar alone mounts credential volume")
+		waitUnverifiedEventNaming(t, ns, sc.Name, "the sidecar holds credential volume")
 	}
 }
 
