@@ -109,15 +109,41 @@ const locatorBytes = 3
 // fieldHashes hashes each group of a stored content.
 func fieldHashes(c *Content) []byte {
 	out := make([]byte, 0, len(fieldGroups)*locatorBytes)
-	for _, g := range fieldGroups {
-		raw, err := encjson.Marshal(g.of(c))
-		if err != nil {
-			panic(err) // these types always marshal
-		}
-		sum := sha256.Sum256(raw)
-		out = append(out, sum[:locatorBytes]...)
+	for g := range fieldGroups {
+		out = append(out, groupHash(g, c)...)
 	}
 	return out
+}
+
+func groupHash(g int, c *Content) []byte {
+	raw, err := encjson.Marshal(fieldGroups[g].of(c))
+	if err != nil {
+		panic(err) // these types always marshal
+	}
+	sum := sha256.Sum256(raw)
+	return sum[:locatorBytes]
+}
+
+// The groups of env and volumeMounts, whose entries others add beside.
+const (
+	envGroup    = 5
+	mountsGroup = 8
+)
+
+// ownedWindow finds where in list the n entries the webhook set are: other
+// actors add before them (a strategic merge patch, as Kyverno's, puts its
+// entries first) or after (a JSON patch appending). It is the first window
+// whose hash is what owned says; 0 when none is, and the digest then fails.
+func ownedWindow[T any](list []T, n int, want []byte, hashOf func([]T) []byte) int {
+	if len(list) == n || len(want) < locatorBytes {
+		return 0
+	}
+	for at := 0; at+n <= len(list); at++ {
+		if string(hashOf(list[at:at+n])) == string(want[:locatorBytes]) {
+			return at
+		}
+	}
+	return 0
 }
 
 // appendOwned writes "<i|r><env>.<mounts>.<securityContext bits>.<field hashes>".
@@ -218,22 +244,33 @@ func cut(pod *corev1.Pod, c *corev1.Container, e *ownedEntry, exact bool, d *dri
 	o := ours{content: contentOf(c)}
 	ct := &o.content
 	where := quoted(c.Name)
+	var hashes []byte // lazily: what owned says of each field
+	if len(ct.Env) > e.env || len(ct.VolumeMounts) > e.mounts {
+		hashes, _ = base64.RawURLEncoding.DecodeString(e.fields) // a signed record's decodes
+	}
 	if len(ct.Env) < e.env {
 		d.add("%s: env has %d entries, the webhook set %d", where, len(ct.Env), e.env)
 	} else {
-		o.addedEnv, ct.Env = ct.Env[e.env:], ct.Env[:e.env:e.env]
+		at := ownedWindow(ct.Env, e.env, hashes[min(envGroup*locatorBytes, len(hashes)):], func(env []corev1.EnvVar) []byte {
+			return groupHash(envGroup, &Content{Env: storedEnv(env)})
+		})
+		o.addedEnv = slices.Concat(ct.Env[:at], ct.Env[at+e.env:])
+		ct.Env = ct.Env[at : at+e.env : at+e.env]
 	}
 	if len(ct.VolumeMounts) < e.mounts {
 		d.add("%s: volumeMounts has %d entries, the webhook set %d", where, len(ct.VolumeMounts), e.mounts)
 	} else {
-		added := ct.VolumeMounts[e.mounts:]
-		ct.VolumeMounts = ct.VolumeMounts[:e.mounts:e.mounts]
+		at := ownedWindow(ct.VolumeMounts, e.mounts, hashes[min(mountsGroup*locatorBytes, len(hashes)):], func(m []corev1.VolumeMount) []byte {
+			return groupHash(mountsGroup, &Content{VolumeMounts: m})
+		})
+		added := slices.Concat(ct.VolumeMounts[:at], ct.VolumeMounts[at+e.mounts:])
+		ct.VolumeMounts = ct.VolumeMounts[at : at+e.mounts : at+e.mounts]
 		for i := range added {
 			m := &added[i]
 			switch {
 			case isTokenMount(m) && isTokenVolume(pod, m.Name):
 			case isTokenMount(m) || AtTokenPath(m.MountPath):
-				d.add("%s: volumeMounts[%d] mounts volume %q where the ServiceAccount token goes, and it is not the token", where, e.mounts+i, m.Name)
+				d.add("%s: a volumeMount of volume %q where the ServiceAccount token goes was added, and it is not the token", where, m.Name)
 			default:
 				o.addedRefs = append(o.addedRefs, *m)
 			}

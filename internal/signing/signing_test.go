@@ -137,9 +137,18 @@ func TestVerify(t *testing.T) {
 		{name: "env added that overrides the webhook's", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
 			p.Spec.Containers[1].Env = append(p.Spec.Containers[1].Env, corev1.EnvVar{Name: "NS", Value: "kube-system"})
 		}, want: ErrContentChanged, says: `env "NS" was added again after injection`},
-		{name: "env inserted before the webhook's", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+		{name: "env inserted before the webhook's, as a strategic merge patch does", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
 			p.Spec.Containers[1].Env = append([]corev1.EnvVar{{Name: "TZ", Value: "UTC"}}, p.Spec.Containers[1].Env...)
-		}, want: ErrContentChanged, says: "env changed"},
+		}},
+		{name: "env inserted amid the webhook's", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			c := &p.Spec.Containers[1]
+			c.Env = []corev1.EnvVar{c.Env[0], {Name: "TZ", Value: "UTC"}, {Name: "ENV_NAME_IS_NOT_READ", Value: "x"}}
+			c.Env[0], c.Env[1] = c.Env[1], c.Env[0]
+		}},
+		{name: "a mount inserted before the webhook's", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
+			c := &p.Spec.Containers[1]
+			c.VolumeMounts = append([]corev1.VolumeMount{{Name: "app-data", MountPath: "/data"}}, c.VolumeMounts...)
+		}},
 		{name: "env of the webhook's removed", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) { p.Spec.Containers[1].Env = nil },
 			want: ErrContentChanged, says: "env has 0 entries, the webhook set 1"},
 		{name: "envFrom added", change: func(p *corev1.Pod, _ *v1alpha1.InjectionRecord) {
@@ -344,6 +353,28 @@ func BenchmarkVerify(b *testing.B) {
 	for b.Loop() {
 		if err := r.Verify(pod, "uid", false, rec); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// An entry added before the webhook's changes what $(NAME) expands to in
+// what comes after it: a name the webhook's strings read may not be added.
+func TestVerifyAddedEnvReadByTheWebhooks(t *testing.T) {
+	r := ring(t, map[string][]byte{"k1000": secretOf(1)}, 0)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}, {Name: "agent", Image: "agent:1",
+			Args: []string{"--region=$(REGION)"}, Env: []corev1.EnvVar{{Name: "URL", Value: "https://$(HOST)/"}}}}},
+	}
+	rec := &v1alpha1.InjectionRecord{Name: "agent", Revision: "r1", Containers: []string{"agent"}}
+	seal(pod, rec, 0)
+	r.Sign("ns", "", "uid", rec)
+	for _, name := range []string{"REGION", "HOST"} {
+		p := pod.DeepCopy()
+		p.Spec.Containers[1].Env = append([]corev1.EnvVar{{Name: name, Value: "attacker.example"}}, p.Spec.Containers[1].Env...)
+		err := r.Verify(p, "uid", false, rec)
+		if !errors.Is(err, ErrContentChanged) || !strings.Contains(err.Error(), "read it as $("+name+")") {
+			t.Errorf("%s added before the webhook's env: got %v", name, err)
 		}
 	}
 }

@@ -59,8 +59,8 @@ func newCoexistScenario(t *testing.T, namespaceLabels map[string]string) *coexis
 	return s
 }
 
-// coexistSidecar grants read access to ConfigMaps where it runs, and mounts a
-// volume of its own, so that its record covers a volume too.
+// coexistSidecar grants read access to ConfigMaps where it runs, sets env,
+// and mounts a volume of its own, so that its record covers a volume too.
 func coexistSidecar(name, image string, native bool) *v1alpha1.Sidecar {
 	return &v1alpha1.Sidecar{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -68,6 +68,9 @@ func coexistSidecar(name, image string, native bool) *v1alpha1.Sidecar {
 			NativeSidecar: native,
 			Containers: []corev1.Container{{
 				Name: name, Image: image,
+				// Env of its own, as fluentd's and xxl-agent's: Kyverno's strategic
+				// merge patch puts what it adds before it.
+				Env:          []corev1.EnvVar{{Name: "STATE_DIR", Value: "/var/lib/" + name}, {Name: "POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
 				VolumeMounts: []corev1.VolumeMount{{Name: name + "-state", MountPath: "/var/lib/" + name}},
 			}},
 			Volumes: []corev1.Volume{{Name: name + "-state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
@@ -372,6 +375,13 @@ func TestCoexistWithKyverno(t *testing.T) {
 			if tz := envValue(c, "TZ"); tz != "UTC" {
 				t.Errorf("container %s: TZ %q, env %v", c.Name, tz, c.Env)
 			}
+		}
+		for _, c := range []*corev1.Container{native, regular} {
+			names := make([]string, 0, len(c.Env))
+			for _, e := range c.Env {
+				names = append(names, e.Name)
+			}
+			t.Logf("container %s: env %v as Kyverno left it", c.Name, names)
 		}
 		// Reinvoked, Kyverno 1.19.1 was seen to leave out the +() default in
 		// our regular container, which follows the app's container that has

@@ -13,11 +13,16 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/rbac"
 )
 
 // confinedAgent is an agent that alone mounts a credential of its own (its
@@ -177,4 +182,89 @@ func waitUnverifiedEventNaming(t *testing.T, ns, sidecar, what string) {
 		}
 		return fmt.Errorf("no InjectionUnverified Event naming %q in %s; saw %q", what, ns, seen)
 	})
+}
+
+// tenantPreloadPolicy is a namespaced Kyverno Policy, which a tenant may
+// write, that adds LD_PRELOAD to every container of the namespace's pods,
+// the injected ones included: Kyverno reinvokes itself after the webhook.
+const tenantPreloadPolicy = `
+apiVersion: kyverno.io/v1
+kind: Policy
+metadata:
+  name: preload
+  namespace: %[1]s
+spec:
+  rules:
+    - name: preload
+      match:
+        any:
+          - resources: {kinds: [Pod]}
+      mutate:
+        foreach:
+          - list: request.object.spec.containers
+            patchStrategicMerge:
+              spec:
+                containers:
+                  - name: "{{ element.name }}"
+                    env:
+                      - name: LD_PRELOAD
+                        value: /tmp/evil.so
+`
+
+// A tenant whose own Kyverno Policy adds LD_PRELOAD to the containers of its
+// namespace after injection: a sidecar that holds a credential is left
+// unverified, without the grant, and an Event names the variable; one that
+// holds none keeps the grant, which the pod's own containers, of the same
+// ServiceAccount, hold anyway.
+func TestAttackTenantPolicyPreloadsTheSidecar(t *testing.T) {
+	ctx := context.Background()
+	ns, tenantClient := tenant(t, nil)
+	grantRole(t, tenantUser, ns, "kyverno-policies", rbacv1.PolicyRule{APIGroups: []string{"kyverno.io"}, Resources: []string{"policies"}, Verbs: []string{"create", "get", "delete"}},
+		authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "kyverno.io", Resource: "policies"})
+	startKyverno(t, ns)
+	policy := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(fmt.Appendf(nil, tenantPreloadPolicy, ns), &policy.Object); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, func() error { return tenantClient.Create(ctx, policy) }) // Kyverno's policy webhook may not serve yet
+	t.Cleanup(func() { deleteAndWait(t, policy) })
+	eventually(t, 2*time.Minute, func() error {
+		probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "probe"}}}}
+		if err := k8s.Create(ctx, probe, client.DryRunAll); err != nil {
+			return err
+		}
+		if v := envValue(&probe.Spec.Containers[0], "LD_PRELOAD"); v == "" {
+			return fmt.Errorf("the tenant's policy does not apply yet: env %v", probe.Spec.Containers[0].Env)
+		}
+		return nil
+	})
+
+	holder, plain := confinedAgent(), agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
+	for _, sc := range []*v1alpha1.Sidecar{holder, plain} {
+		applyServed(t, sc)
+		pod, err := selectedPodAs(t, tenantClient, sc, ns, nil)
+		if err != nil {
+			t.Fatalf("a selected pod beside the tenant's policy was refused: %v", err)
+		}
+		c := findContainer(pod.Spec.Containers, sc.Name)
+		if c == nil || envValue(c, "LD_PRELOAD") == "" {
+			t.Fatalf("test setup: the policy did not reach the sidecar %s: %+v", sc.Name, c)
+		}
+		t.Logf("sidecar %s: env %v", sc.Name, c.Env)
+	}
+	if gi, gu, ok := statusCounts(t, holder, 0, 1, 20*time.Second); !ok {
+		t.Errorf("the credential holder's status: injected=%d unverified=%d, want 0 and 1", gi, gu)
+	}
+	waitUnverifiedEventNaming(t, ns, holder.Name, `env "LD_PRELOAD" was added after injection, and the sidecar holds credential volume "agent-token"`)
+	if _, _, ok := statusCounts(t, plain, 1, 0, 20*time.Second); !ok {
+		t.Errorf("the sidecar that holds no credential: its record does not verify beside an added env entry")
+	}
+	waitBinding(t, plain, ns, ns+"/default")
+	t.Logf("the plain sidecar keeps its grant to %s/default, which the pod's own containers hold too", ns)
+	// The holder's grant is never made; the plain one's is, to the same
+	// ServiceAccount, under another RoleBinding.
+	var rb rbacv1.RoleBinding
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: rbac.RoleName(holder.Name)}, &rb); !isNotFound(err) {
+		t.Errorf("the credential holder's rules are bound in %s: %v %v", ns, subjectNames(rb.Subjects), err)
+	}
 }
