@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
@@ -29,17 +30,26 @@ type Rendering struct {
 }
 
 // Render reads the containers the webhook rendered, the first inits of them
-// init containers: their digest, what each set, and the volumes they mount.
-// It applies the apiserver's defaults to list in place.
-func Render(list []Content, inits int) Rendering {
+// init containers, and shared, the volumes the Sidecar mounts into the
+// pod's containers (appVolumeMounts): their digest, what each set, and the
+// volumes they mount. It applies the apiserver's defaults to list in place.
+func Render(list []Content, inits int, shared []string) Rendering {
 	mounted := MountedVolumes(list)
+	pullAlways := make([]bool, len(list))
+	for i := range list {
+		pullAlways[i] = list[i].ImagePullPolicy == corev1.PullAlways
+	}
 	digest := DigestContents(list) // list is now as stored
 	var owned []byte
 	for i := range list {
 		if i > 0 {
 			owned = append(owned, ',')
 		}
-		owned = appendOwned(owned, &list[i], i < inits)
+		owned = appendOwned(owned, &list[i], i < inits, pullAlways[i])
+	}
+	if len(shared) > 0 {
+		shared = slices.Compact(slices.Sorted(slices.Values(shared)))
+		owned = append(append(owned, ';'), strings.Join(shared, "|")...)
 	}
 	return Rendering{Digest: digest, Owned: string(owned), Mounted: mounted}
 }
@@ -146,13 +156,17 @@ func ownedWindow[T any](list []T, n int, want []byte, hashOf func([]T) []byte) i
 	return 0
 }
 
-// appendOwned writes "<i|r><env>.<mounts>.<securityContext bits>.<field hashes>".
-func appendOwned(dst []byte, c *Content, init bool) []byte {
+// appendOwned writes "<i|r>[A]<env>.<mounts>.<securityContext bits>.<field
+// hashes>", A when the webhook set imagePullPolicy Always.
+func appendOwned(dst []byte, c *Content, init, pullAlways bool) []byte {
 	kind := byte('r')
 	if init {
 		kind = 'i'
 	}
 	dst = append(dst, kind)
+	if pullAlways {
+		dst = append(dst, 'A')
+	}
 	dst = strconv.AppendInt(dst, int64(len(c.Env)), 10)
 	dst = strconv.AppendInt(append(dst, '.'), int64(len(c.VolumeMounts)), 10)
 	dst = strconv.AppendUint(append(dst, '.'), uint64(securityContextBits(c.SecurityContext)), 10)
@@ -161,29 +175,35 @@ func appendOwned(dst []byte, c *Content, init bool) []byte {
 
 // ownedEntry is one container's part of owned.
 type ownedEntry struct {
-	init        bool
-	env, mounts int
-	sc          uint16
-	fields      string // base64url, decoded only to name what changed
+	init, pullAlways bool
+	env, mounts      int
+	sc               uint16
+	fields           string // base64url, decoded only to name what changed
 }
 
-// parseOwned reads owned for n containers; a record the webhook signed
-// always parses.
-func parseOwned(owned string, n int) ([]ownedEntry, error) {
+// parseOwned reads owned for n containers, and the volumes the Sidecar
+// shares with the pod's containers; a record the webhook signed always
+// parses.
+func parseOwned(owned string, n int) ([]ownedEntry, []string, error) {
+	owned, sharedList, _ := strings.Cut(owned, ";")
+	var shared []string
+	if sharedList != "" {
+		shared = strings.Split(sharedList, "|")
+	}
 	out := make([]ownedEntry, 0, n)
 	for rest, more := owned, true; more; {
 		var part string
 		part, rest, more = strings.Cut(rest, ",")
 		e, ok := parseOwnedEntry(part)
 		if !ok || len(out) == n {
-			return nil, fmt.Errorf("%w: owned %q does not describe the record's %d containers", ErrBadSignature, abbreviated(owned), n)
+			return nil, nil, fmt.Errorf("%w: owned %q does not describe the record's %d containers", ErrBadSignature, abbreviated(owned), n)
 		}
 		out = append(out, e)
 	}
 	if len(out) != n {
-		return nil, fmt.Errorf("%w: owned describes %d containers, the record names %d", ErrBadSignature, len(out), n)
+		return nil, nil, fmt.Errorf("%w: owned describes %d containers, the record names %d", ErrBadSignature, len(out), n)
 	}
-	return out, nil
+	return out, shared, nil
 }
 
 func parseOwnedEntry(p string) (ownedEntry, bool) {
@@ -192,7 +212,11 @@ func parseOwnedEntry(p string) (ownedEntry, bool) {
 		return e, false
 	}
 	e.init = p[0] == 'i'
-	env, p, ok1 := strings.Cut(p[1:], ".")
+	p = p[1:]
+	if strings.HasPrefix(p, "A") {
+		e.pullAlways, p = true, p[1:]
+	}
+	env, p, ok1 := strings.Cut(p, ".")
 	mounts, p, ok2 := strings.Cut(p, ".")
 	sc, fields, ok3 := strings.Cut(p, ".")
 	var errs [3]error
@@ -244,6 +268,9 @@ func cut(pod *corev1.Pod, c *corev1.Container, e *ownedEntry, exact bool, d *dri
 	o := ours{content: contentOf(c)}
 	ct := &o.content
 	where := quoted(c.Name)
+	if e.pullAlways && c.ImagePullPolicy != corev1.PullAlways {
+		d.add("%s: imagePullPolicy is %q, and the webhook set Always: a build the node cached could run", where, c.ImagePullPolicy)
+	}
 	var hashes []byte // lazily: what owned says of each field
 	if len(ct.Env) > e.env || len(ct.VolumeMounts) > e.mounts {
 		hashes, _ = base64.RawURLEncoding.DecodeString(e.fields) // a signed record's decodes
@@ -345,7 +372,7 @@ func withoutHardening(sc *corev1.SecurityContext, set uint16, where quoted, d *d
 // the webhook set (owned) against the pod as stored: what the webhook set
 // is all there and unchanged, and what others added cannot shadow it.
 func verifyOwned(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, containers []corev1.Container, exact bool) error {
-	entries, err := parseOwned(rec.Owned, len(containers))
+	entries, shared, err := parseOwned(rec.Owned, len(containers))
 	if err != nil {
 		return err
 	}
@@ -359,7 +386,7 @@ func verifyOwned(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, containers []co
 	mounted := MountedVolumes(list)
 	credential := heldCredential(pod, list, mounted)
 	checkAdditions(cuts, mounted, credential, &d)
-	checkPlacement(pod, rec, entries, mounted, credential, &d)
+	checkOthers(pod, rec, entries, mounted, shared, credential, &d)
 	if err := d.err(); err != nil {
 		return err
 	}
@@ -418,8 +445,9 @@ func checkAdditions(cuts []ours, mounted []string, credential string, d *drift) 
 	}
 }
 
-// expanded names the variables that the container's command, args and env
-// values read as $(NAME); never empty, so that it is computed once.
+// expanded names the variables that the container's command, args, env
+// values and subPathExprs read as $(NAME); never empty, so that it is
+// computed once.
 func expanded(c *Content) []string {
 	out := []string{""}
 	scan := func(s string) {
@@ -443,6 +471,9 @@ func expanded(c *Content) []string {
 	for _, e := range c.Env {
 		scan(e.Value)
 	}
+	for _, m := range c.VolumeMounts {
+		scan(m.SubPathExpr)
+	}
 	return out
 }
 
@@ -461,15 +492,16 @@ func overlaps(a, b string) bool {
 }
 
 // heldCredential describes a credential the injected containers hold of
-// their own: a volume holding one (a Secret, a projected token or Secret, a
-// CSI volume) or env from a Secret; "" when they hold none. Whether the
-// pod's other containers hold it too is not asked: a mount of part of it,
-// or of none (a subPath the Secret lacks), would pass for sharing.
+// their own: a volume that may hold one (any kind but emptyDir, ConfigMap,
+// downwardAPI, an image, and their projections) or env from a Secret; ""
+// when they hold none. Whether the pod's other containers hold it too is
+// not asked: a mount of part of it, or of none (a subPath the Secret
+// lacks), would pass for sharing.
 func heldCredential(pod *corev1.Pod, list []Content, mounted []string) string {
 	for _, name := range mounted {
 		i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name })
-		if i >= 0 && holdsCredential(&pod.Spec.Volumes[i]) {
-			return fmt.Sprintf("credential volume %q", name)
+		if i >= 0 && !holdsNoCredential(&pod.Spec.Volumes[i]) {
+			return fmt.Sprintf("volume %q, which may hold a credential", name)
 		}
 	}
 	for i := range list {
@@ -487,48 +519,85 @@ func heldCredential(pod *corev1.Pod, list []Content, mounted []string) string {
 	return ""
 }
 
-func holdsCredential(v *corev1.Volume) bool {
-	if v.Secret != nil || v.CSI != nil {
+// holdsNoCredential: the kinds of volume that hold only what a pod creator
+// could put in a pod of their own. Any other may hold a credential: a
+// Secret, a token, a CSI or storage driver's secretRef, a node agent's
+// socket on a hostPath, a claim.
+func holdsNoCredential(v *corev1.Volume) bool {
+	s := &v.VolumeSource
+	switch {
+	case ptr.AllPtrFieldsNil(s), // the apiserver makes it an emptyDir
+		s.EmptyDir != nil, s.ConfigMap != nil, s.DownwardAPI != nil, s.Image != nil:
 		return true
-	}
-	if v.Projected != nil {
-		return slices.ContainsFunc(v.Projected.Sources, func(p corev1.VolumeProjection) bool {
-			return p.Secret != nil || p.ServiceAccountToken != nil || p.PodCertificate != nil
+	case s.Projected != nil:
+		return !slices.ContainsFunc(s.Projected.Sources, func(p corev1.VolumeProjection) bool {
+			return p.ConfigMap == nil && p.DownwardAPI == nil && p.ClusterTrustBundle == nil
 		})
 	}
 	return false
 }
 
-// checkPlacement: each injected container is still of the kind it was
+// checkOthers: each injected container is still of the kind it was
 // injected as, and no init container of the pod's runs before a native
 // sidecar and mounts its volumes: it could write what the sidecar reads
 // before the sidecar starts. Other init containers may come before (a
-// mesh's, a secrets agent's). Where the sidecar holds a credential, no init
-// container of the pod's may mount its volumes at all: every one runs
-// before a regular container.
-func checkPlacement(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, entries []ownedEntry, mounted []string, credential string, d *drift) {
+// mesh's, a secrets agent's). Where the sidecar holds a credential, no
+// container outside the record may mount its volumes at all, but the pod's
+// regular containers those the Sidecar shares with them (appVolumeMounts):
+// they would write what the sidecar reads beside the credential.
+func checkOthers(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, entries []ownedEntry, mounted, shared []string, credential string, d *drift) {
+	reaches := func(c *corev1.Container, allowed []string) string {
+		for _, v := range MountedVolumes([]Content{contentOf(c)}) {
+			if slices.Contains(mounted, v) && !slices.Contains(allowed, v) {
+				return v
+			}
+		}
+		return ""
+	}
 	for i, name := range rec.Containers {
 		at := containerIndex(pod.Spec.InitContainers, name)
 		if (at >= 0) != entries[i].init {
 			d.add("container %q was moved between initContainers and containers after injection", name)
 			continue
 		}
-		before := pod.Spec.InitContainers
-		if at >= 0 {
-			before = before[:at]
-		} else if credential == "" {
-			continue
+		if credential != "" {
+			continue // every container is judged below
 		}
-		for j := range before {
-			c := &before[j]
-			if slices.Contains(rec.Containers, c.Name) {
-				continue
-			}
-			if slices.ContainsFunc(MountedVolumes([]Content{contentOf(c)}), func(v string) bool { return slices.Contains(mounted, v) }) {
-				d.add("initContainers[%d] %q runs before the sidecar's %q and mounts a volume it mounts", j, c.Name, name)
+		for j := range max(at, 0) {
+			c := &pod.Spec.InitContainers[j]
+			if v := reaches(c, nil); v != "" && !slices.Contains(rec.Containers, c.Name) {
+				d.add("initContainers[%d] %q runs before the sidecar's %q and mounts its volume %q", j, c.Name, name, v)
 			}
 		}
 	}
+	if credential == "" {
+		return
+	}
+	for _, group := range []struct {
+		field  string
+		list   []corev1.Container
+		shared []string
+	}{{"initContainers", pod.Spec.InitContainers, nil}, {"containers", pod.Spec.Containers, shared}, {"ephemeralContainers", ephemeral(pod), nil}} {
+		for j := range group.list {
+			c := &group.list[j]
+			if slices.Contains(rec.Containers, c.Name) {
+				continue
+			}
+			if v := reaches(c, group.shared); v != "" {
+				d.add("%s[%d] %q mounts the sidecar's volume %q, which it does not share, and the sidecar holds %s", group.field, j, c.Name, v, credential)
+			}
+		}
+	}
+}
+
+// ephemeral returns the pod's ephemeral containers as containers: they
+// mount the pod's volumes as the others do.
+func ephemeral(pod *corev1.Pod) []corev1.Container {
+	out := make([]corev1.Container, len(pod.Spec.EphemeralContainers))
+	for i := range pod.Spec.EphemeralContainers {
+		out[i] = corev1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+	}
+	return out
 }
 
 // digestMatches compares what the webhook set with the record's digest,

@@ -377,15 +377,18 @@ type Content struct {
 	SecurityContext    *corev1.SecurityContext        `json:"securityContext,omitempty"`
 	VolumeMounts       []corev1.VolumeMount           `json:"volumeMounts,omitempty"`
 	VolumeDevices      []corev1.VolumeDevice          `json:"volumeDevices,omitempty"`
-	LivenessProbe      *corev1.Probe                  `json:"livenessProbe,omitempty"`
-	ReadinessProbe     *corev1.Probe                  `json:"readinessProbe,omitempty"`
-	StartupProbe       *corev1.Probe                  `json:"startupProbe,omitempty"`
-	Lifecycle          *corev1.Lifecycle              `json:"lifecycle,omitempty"`
+	// ImagePullPolicy is not digested (the apiserver defaults it from the
+	// tag); owned says when the webhook set Always, which must stay.
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	LivenessProbe   *corev1.Probe     `json:"livenessProbe,omitempty"`
+	ReadinessProbe  *corev1.Probe     `json:"readinessProbe,omitempty"`
+	StartupProbe    *corev1.Probe     `json:"startupProbe,omitempty"`
+	Lifecycle       *corev1.Lifecycle `json:"lifecycle,omitempty"`
 }
 
 func contentOf(c *corev1.Container) Content {
 	return Content{
-		Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args, WorkingDir: c.WorkingDir,
+		Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args, WorkingDir: c.WorkingDir, ImagePullPolicy: c.ImagePullPolicy,
 		RestartPolicy: c.RestartPolicy, RestartPolicyRules: c.RestartPolicyRules, Env: c.Env, EnvFrom: c.EnvFrom, SecurityContext: c.SecurityContext,
 		VolumeMounts: c.VolumeMounts, VolumeDevices: c.VolumeDevices,
 		LivenessProbe: c.LivenessProbe, ReadinessProbe: c.ReadinessProbe, StartupProbe: c.StartupProbe, Lifecycle: c.Lifecycle,
@@ -405,7 +408,7 @@ func contents(containers []corev1.Container) []Content {
 func Covered(c *corev1.Container) corev1.Container {
 	ct := contentOf(c)
 	return corev1.Container{
-		Name: ct.Name, Image: ct.Image, Command: ct.Command, Args: ct.Args, WorkingDir: ct.WorkingDir,
+		Name: ct.Name, Image: ct.Image, Command: ct.Command, Args: ct.Args, WorkingDir: ct.WorkingDir, ImagePullPolicy: ct.ImagePullPolicy,
 		RestartPolicy: ct.RestartPolicy, RestartPolicyRules: ct.RestartPolicyRules, Env: ct.Env, EnvFrom: ct.EnvFrom, SecurityContext: ct.SecurityContext,
 		VolumeMounts: ct.VolumeMounts, VolumeDevices: ct.VolumeDevices,
 		LivenessProbe: ct.LivenessProbe, ReadinessProbe: ct.ReadinessProbe, StartupProbe: ct.StartupProbe, Lifecycle: ct.Lifecycle,
@@ -422,6 +425,7 @@ func DigestContents(list []Content) string {
 	for i := range list {
 		list[i] = storedContent(list[i])
 		list[i].VolumeMounts = withoutTokenMount(list[i].VolumeMounts)
+		list[i].ImagePullPolicy = ""
 	}
 	raw, err := encjson.Marshal(list)
 	if err != nil {

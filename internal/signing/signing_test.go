@@ -57,7 +57,7 @@ func seal(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, inits int) {
 	if err != nil {
 		panic(err)
 	}
-	rd := Render(contents(injected), inits)
+	rd := Render(contents(injected), inits, nil)
 	rec.Digest, rec.Owned = rd.Digest, rd.Owned
 	rec.VolumeDigest, _ = VolumeDigest(rd.Mounted, podVolume(pod))
 }
@@ -440,7 +440,7 @@ func TestVerifyHeldCredential(t *testing.T) {
 	preload := pod.DeepCopy()
 	preload.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "LD_PRELOAD", Value: "/tmp/x.so"}}
 	err := r.Verify(preload, "uid", false, rec)
-	if !errors.Is(err, ErrContentChanged) || !strings.Contains(err.Error(), `the sidecar holds credential volume "agent-token"`) {
+	if !errors.Is(err, ErrContentChanged) || !strings.Contains(err.Error(), `the sidecar holds volume "agent-token", which may hold a credential`) {
 		t.Fatalf("LD_PRELOAD added to a sidecar that holds a token: got %v", err)
 	}
 	shared := preload.DeepCopy()

@@ -103,7 +103,7 @@ func TestAttackCopiedRecordReachesConfinedSidecar(t *testing.T) {
 	waitBinding(t, sc, ns)
 	assertNoGrant(t, sc, ns, "copies whose confined sidecar has code-loading env or mounts added")
 	if admitted > 0 {
-		waitUnverifiedEventNaming(t, ns, sc.Name, "the sidecar holds credential volume")
+		waitUnverifiedEventNaming(t, ns, sc.Name, `the sidecar holds volume "agent-token", which may hold a credential`)
 	}
 }
 
@@ -255,7 +255,7 @@ func TestAttackTenantPolicyPreloadsTheSidecar(t *testing.T) {
 	if gi, gu, ok := statusCounts(t, holder, 0, 1, 20*time.Second); !ok {
 		t.Errorf("the credential holder's status: injected=%d unverified=%d, want 0 and 1", gi, gu)
 	}
-	waitUnverifiedEventNaming(t, ns, holder.Name, `env "LD_PRELOAD" was added after injection, and the sidecar holds credential volume "agent-token"`)
+	waitUnverifiedEventNaming(t, ns, holder.Name, `env "LD_PRELOAD" was added after injection, and the sidecar holds volume "agent-token", which may hold a credential`)
 	if _, _, ok := statusCounts(t, plain, 1, 0, 20*time.Second); !ok {
 		t.Errorf("the sidecar that holds no credential: its record does not verify beside an added env entry")
 	}
