@@ -233,14 +233,3 @@ func TestChangesWithoutAnyoneAfterUs(t *testing.T) {
 		t.Errorf("changes = %v, want [%s]", got, want)
 	}
 }
-
-func TestDefaultPullPolicy(t *testing.T) {
-	for image, want := range map[string]corev1.PullPolicy{
-		"busybox": corev1.PullAlways, "busybox:latest": corev1.PullAlways, "localhost:5000/busybox": corev1.PullAlways,
-		"busybox:1.36": corev1.PullIfNotPresent, "localhost:5000/busybox:1": corev1.PullIfNotPresent, "busybox@sha256:abc": corev1.PullIfNotPresent,
-	} {
-		if got := defaultPullPolicy(image); got != want {
-			t.Errorf("defaultPullPolicy(%q) = %s, want %s", image, got, want)
-		}
-	}
-}

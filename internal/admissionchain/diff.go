@@ -156,14 +156,8 @@ func jsonFields(v any) map[string]any {
 // differs.
 func withAPIDefaults(c corev1.Container) corev1.Container {
 	c = signing.StoredContainer(*c.DeepCopy())
-	if c.TerminationMessagePath == "" {
-		c.TerminationMessagePath = corev1.TerminationMessagePathDefault
-	}
 	if c.TerminationMessagePolicy == "" {
 		c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
-	}
-	if c.ImagePullPolicy == "" {
-		c.ImagePullPolicy = defaultPullPolicy(c.Image)
 	}
 	for i := range c.Ports {
 		if c.Ports[i].Protocol == "" {
@@ -180,17 +174,4 @@ func withAPIDefaults(c corev1.Container) corev1.Container {
 		}
 	}
 	return c
-}
-
-// defaultPullPolicy is Always for an image without a tag or tagged latest,
-// IfNotPresent otherwise.
-func defaultPullPolicy(image string) corev1.PullPolicy {
-	if strings.Contains(image, "@") {
-		return corev1.PullIfNotPresent
-	}
-	name := image[strings.LastIndex(image, "/")+1:]
-	if _, tag, ok := strings.Cut(name, ":"); !ok || tag == "latest" {
-		return corev1.PullAlways
-	}
-	return corev1.PullIfNotPresent
 }

@@ -62,8 +62,6 @@ type compiledSidecar struct {
 	// storedVolumes are the volumes as the apiserver stores them, in order.
 	storedVolumes []*corev1.Volume
 	appMounts     []corev1.VolumeMount
-	// sharedVolumes names the volumes appMounts mount: a record says so.
-	sharedVolumes []string
 	appMountsJSON [][]byte
 	pullSecret    string // the name of spec.imagePullSecret, if any
 }
@@ -113,9 +111,6 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		params:     spec.Parameters,
 		paramIndex: make(map[string]int, len(spec.Parameters)),
 		appMounts:  spec.AppVolumeMounts,
-	}
-	for _, m := range spec.AppVolumeMounts {
-		c.sharedVolumes = append(c.sharedVolumes, m.Name)
 	}
 	if spec.ImagePullSecret != nil {
 		c.pullSecret = spec.ImagePullSecret.Name
@@ -193,7 +188,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		}
 	}
 	if static {
-		c.static = new(signing.Render(statics, len(c.initContainers), c.sharedVolumes))
+		c.static = new(signing.Render(statics, len(c.initContainers), c.appMounts))
 	}
 
 	volumes := map[string]bool{}

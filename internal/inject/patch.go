@@ -375,7 +375,7 @@ func (s *selection) rendered() (*rendering, error) {
 		}
 		list = append(list, ct)
 	}
-	r := new(signing.Render(list, len(s.sc.initContainers), s.sc.sharedVolumes))
+	r := new(signing.Render(list, len(s.sc.initContainers), s.sc.appMounts))
 	s.sc.digests.put(key, r)
 	return r, nil
 }

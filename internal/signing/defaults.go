@@ -2,6 +2,7 @@ package signing
 
 import (
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
@@ -18,11 +19,15 @@ import (
 func StoredContainer(c corev1.Container) corev1.Container {
 	ct := storedContent(contentOf(&c))
 	c.Env, c.LivenessProbe, c.ReadinessProbe, c.StartupProbe, c.Lifecycle = ct.Env, ct.LivenessProbe, ct.ReadinessProbe, ct.StartupProbe, ct.Lifecycle
+	c.TerminationMessagePath, c.ImagePullPolicy = ct.TerminationMessagePath, orPullPolicy(c.ImagePullPolicy, c.Image)
 	return c
 }
 
 // storedContent returns c with the apiserver's defaults.
 func storedContent(c Content) Content {
+	if c.TerminationMessagePath == "" {
+		c.TerminationMessagePath = corev1.TerminationMessagePathDefault
+	}
 	c.Env = storedEnv(c.Env)
 	c.LivenessProbe = storedProbe(c.LivenessProbe)
 	c.ReadinessProbe = storedProbe(c.ReadinessProbe)
@@ -104,9 +109,7 @@ func defaultHTTPGet(g *corev1.HTTPGetAction) {
 	}
 }
 
-// storedVolume returns a copy of v with the apiserver's defaults, but for
-// an image volume's pullPolicy, which the digest leaves out as it leaves
-// out a container's imagePullPolicy: it depends on the tag, not on what runs.
+// storedVolume returns a copy of v with the apiserver's defaults.
 func storedVolume(v *corev1.Volume) *corev1.Volume {
 	v = v.DeepCopy()
 	s := &v.VolumeSource
@@ -136,7 +139,8 @@ func storedVolume(v *corev1.Volume) *corev1.Volume {
 	case s.HostPath != nil:
 		s.HostPath.Type = orDefault(s.HostPath.Type, ptr.To(corev1.HostPathUnset))
 	case s.Image != nil:
-		s.Image.PullPolicy = ""
+		// Always stays Always: with another policy a cached build could run.
+		s.Image.PullPolicy = orPullPolicy(s.Image.PullPolicy, s.Image.Reference)
 	case s.Ephemeral != nil && s.Ephemeral.VolumeClaimTemplate != nil:
 		spec := &s.Ephemeral.VolumeClaimTemplate.Spec
 		spec.VolumeMode = orDefault(spec.VolumeMode, ptr.To(corev1.PersistentVolumeFilesystem))
@@ -174,6 +178,22 @@ func defaultFieldRefs(items []corev1.DownwardAPIVolumeFile) {
 			f.APIVersion = "v1"
 		}
 	}
+}
+
+// orPullPolicy is a pull policy as the apiserver stores it: when unset,
+// Always for an image named by the tag latest or by none, else IfNotPresent.
+func orPullPolicy(p corev1.PullPolicy, image string) corev1.PullPolicy {
+	if p != "" {
+		return p
+	}
+	if strings.Contains(image, "@") {
+		return corev1.PullIfNotPresent
+	}
+	name := image[strings.LastIndex(image, "/")+1:]
+	if _, tag, ok := strings.Cut(name, ":"); !ok || tag == "latest" {
+		return corev1.PullAlways
+	}
+	return corev1.PullIfNotPresent
 }
 
 func orDefault[T any](p, def *T) *T {

@@ -30,14 +30,14 @@ type Rendering struct {
 }
 
 // Render reads the containers the webhook rendered, the first inits of them
-// init containers, and shared, the volumes the Sidecar mounts into the
-// pod's containers (appVolumeMounts): their digest, what each set, and the
+// init containers, and shared, the mounts the Sidecar adds to the pod's
+// containers (appVolumeMounts): their digest, what each set, and the
 // volumes they mount. It applies the apiserver's defaults to list in place.
-func Render(list []Content, inits int, shared []string) Rendering {
+func Render(list []Content, inits int, shared []corev1.VolumeMount) Rendering {
 	mounted := MountedVolumes(list)
 	pullAlways := make([]bool, len(list))
 	for i := range list {
-		pullAlways[i] = list[i].ImagePullPolicy == corev1.PullAlways
+		pullAlways[i] = orPullPolicy(list[i].ImagePullPolicy, list[i].Image) == corev1.PullAlways
 	}
 	digest := DigestContents(list) // list is now as stored
 	var owned []byte
@@ -48,8 +48,11 @@ func Render(list []Content, inits int, shared []string) Rendering {
 		owned = appendOwned(owned, &list[i], i < inits, pullAlways[i])
 	}
 	if len(shared) > 0 {
-		shared = slices.Compact(slices.Sorted(slices.Values(shared)))
-		owned = append(append(owned, ';'), strings.Join(shared, "|")...)
+		names := make([]string, len(shared))
+		for i := range shared {
+			names[i] = sharedMount(&shared[i])
+		}
+		owned = append(append(owned, ';'), strings.Join(slices.Compact(slices.Sorted(slices.Values(names))), "|")...)
 	}
 	return Rendering{Digest: digest, Owned: string(owned), Mounted: mounted}
 }
@@ -103,6 +106,7 @@ var fieldGroups = []struct {
 	{"command", func(c *Content) any { return c.Command }},
 	{"args", func(c *Content) any { return c.Args }},
 	{"workingDir", func(c *Content) any { return c.WorkingDir }},
+	{"terminationMessagePath", func(c *Content) any { return c.TerminationMessagePath }},
 	{"restartPolicy", func(c *Content) any { return []any{c.RestartPolicy, c.RestartPolicyRules} }},
 	{"env", func(c *Content) any { return c.Env }},
 	{"envFrom", func(c *Content) any { return c.EnvFrom }},
@@ -136,8 +140,8 @@ func groupHash(g int, c *Content) []byte {
 
 // The groups of env and volumeMounts, whose entries others add beside.
 const (
-	envGroup    = 5
-	mountsGroup = 8
+	envGroup    = 6
+	mountsGroup = 9
 )
 
 // ownedWindow finds where in list the n entries the webhook set are: other
@@ -171,6 +175,17 @@ func appendOwned(dst []byte, c *Content, init, pullAlways bool) []byte {
 	dst = strconv.AppendInt(append(dst, '.'), int64(len(c.VolumeMounts)), 10)
 	dst = strconv.AppendUint(append(dst, '.'), uint64(securityContextBits(c.SecurityContext)), 10)
 	return base64.RawURLEncoding.AppendEncode(append(dst, '.'), fieldHashes(c))
+}
+
+// sharedMount says what a mount of a volume the Sidecar shares reaches of
+// it: "<volume>", or "<volume>:<subPath>:<subPathExpr>" with both base64url,
+// so that a mount of the whole volume, or of another part, is told apart.
+func sharedMount(m *corev1.VolumeMount) string {
+	if m.SubPath == "" && m.SubPathExpr == "" {
+		return m.Name
+	}
+	enc := base64.RawURLEncoding
+	return m.Name + ":" + enc.EncodeToString([]byte(m.SubPath)) + ":" + enc.EncodeToString([]byte(m.SubPathExpr))
 }
 
 // ownedEntry is one container's part of owned.
@@ -268,8 +283,8 @@ func cut(pod *corev1.Pod, c *corev1.Container, e *ownedEntry, exact bool, d *dri
 	o := ours{content: contentOf(c)}
 	ct := &o.content
 	where := quoted(c.Name)
-	if e.pullAlways && c.ImagePullPolicy != corev1.PullAlways {
-		d.add("%s: imagePullPolicy is %q, and the webhook set Always: a build the node cached could run", where, c.ImagePullPolicy)
+	if pull := orPullPolicy(c.ImagePullPolicy, c.Image); e.pullAlways && pull != corev1.PullAlways {
+		d.add("%s: imagePullPolicy is %q, and the webhook set Always: a build the node cached could run", where, pull)
 	}
 	var hashes []byte // lazily: what owned says of each field
 	if len(ct.Env) > e.env || len(ct.VolumeMounts) > e.mounts {
@@ -542,18 +557,11 @@ func holdsNoCredential(v *corev1.Volume) bool {
 // sidecar and mounts its volumes: it could write what the sidecar reads
 // before the sidecar starts. Other init containers may come before (a
 // mesh's, a secrets agent's). Where the sidecar holds a credential, no
-// container outside the record may mount its volumes at all, but the pod's
-// regular containers those the Sidecar shares with them (appVolumeMounts):
-// they would write what the sidecar reads beside the credential.
+// container outside the record may reach its volumes or its processes: no
+// mount of them but the pod's regular containers' of what the Sidecar
+// shares with them (appVolumeMounts), exactly as shared; no process
+// namespace shared with the pod or the host.
 func checkOthers(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, entries []ownedEntry, mounted, shared []string, credential string, d *drift) {
-	reaches := func(c *corev1.Container, allowed []string) string {
-		for _, v := range MountedVolumes([]Content{contentOf(c)}) {
-			if slices.Contains(mounted, v) && !slices.Contains(allowed, v) {
-				return v
-			}
-		}
-		return ""
-	}
 	for i, name := range rec.Containers {
 		at := containerIndex(pod.Spec.InitContainers, name)
 		if (at >= 0) != entries[i].init {
@@ -565,7 +573,7 @@ func checkOthers(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, entries []owned
 		}
 		for j := range max(at, 0) {
 			c := &pod.Spec.InitContainers[j]
-			if v := reaches(c, nil); v != "" && !slices.Contains(rec.Containers, c.Name) {
+			if v := reachedVolume(c, mounted, nil); v != "" && !slices.Contains(rec.Containers, c.Name) {
 				d.add("initContainers[%d] %q runs before the sidecar's %q and mounts its volume %q", j, c.Name, name, v)
 			}
 		}
@@ -573,21 +581,52 @@ func checkOthers(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, entries []owned
 	if credential == "" {
 		return
 	}
+	s := &pod.Spec
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"shareProcessNamespace", s.ShareProcessNamespace != nil && *s.ShareProcessNamespace}, {"hostPID", s.HostPID}, {"hostIPC", s.HostIPC}} {
+		if f.set {
+			d.add("the pod sets %s, so its other containers reach the sidecar's processes and files, and the sidecar holds %s", f.name, credential)
+		}
+	}
 	for _, group := range []struct {
 		field  string
 		list   []corev1.Container
 		shared []string
-	}{{"initContainers", pod.Spec.InitContainers, nil}, {"containers", pod.Spec.Containers, shared}, {"ephemeralContainers", ephemeral(pod), nil}} {
+	}{{"initContainers", s.InitContainers, nil}, {"containers", s.Containers, shared}, {"ephemeralContainers", ephemeral(pod), nil}} {
 		for j := range group.list {
 			c := &group.list[j]
 			if slices.Contains(rec.Containers, c.Name) {
 				continue
 			}
-			if v := reaches(c, group.shared); v != "" {
-				d.add("%s[%d] %q mounts the sidecar's volume %q, which it does not share, and the sidecar holds %s", group.field, j, c.Name, v, credential)
+			if v := reachedVolume(c, mounted, group.shared); v != "" {
+				d.add("%s[%d] %q mounts the sidecar's volume %q as the Sidecar does not share it, and the sidecar holds %s", group.field, j, c.Name, v, credential)
 			}
 		}
 	}
+}
+
+// reachedVolume names a volume of mounted that c reaches other than by a
+// mount in shared (sharedMount's form); "" when there is none.
+func reachedVolume(c *corev1.Container, mounted, shared []string) string {
+	for i := range c.VolumeMounts {
+		m := &c.VolumeMounts[i]
+		if slices.Contains(mounted, m.Name) && !slices.Contains(shared, sharedMount(m)) {
+			return m.Name
+		}
+	}
+	for _, dev := range c.VolumeDevices {
+		if slices.Contains(mounted, dev.Name) {
+			return dev.Name
+		}
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FileKeyRef != nil && slices.Contains(mounted, e.ValueFrom.FileKeyRef.VolumeName) {
+			return e.ValueFrom.FileKeyRef.VolumeName
+		}
+	}
+	return ""
 }
 
 // ephemeral returns the pod's ephemeral containers as containers: they

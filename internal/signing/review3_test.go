@@ -14,7 +14,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
 
-func sealShared(t *testing.T, r *Ring, pod *corev1.Pod, rec *v1alpha1.InjectionRecord, inits int, shared []string) {
+func sealShared(t *testing.T, r *Ring, pod *corev1.Pod, rec *v1alpha1.InjectionRecord, inits int, shared []corev1.VolumeMount) {
 	t.Helper()
 	injected, err := InjectedContainers(pod, rec.Containers)
 	if err != nil {
@@ -80,7 +80,6 @@ func TestReview3SharedSubPathWidenedToTheWholeSecret(t *testing.T) {
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{
 				{Name: "app", Image: "app", VolumeMounts: []corev1.VolumeMount{
-					{Name: "tls", MountPath: "/steal", ReadOnly: true},                                   // the tenant's own, in its pod spec
 					{Name: "tls", MountPath: "/etc/ssl/agent-ca.crt", SubPath: "ca.crt", ReadOnly: true}, // the webhook's appVolumeMount
 				}},
 				{Name: "agent", Image: "registry.example.com/agent:1.4.0",
@@ -90,7 +89,9 @@ func TestReview3SharedSubPathWidenedToTheWholeSecret(t *testing.T) {
 		},
 	}
 	rec := &v1alpha1.InjectionRecord{Name: "agent", Revision: "r1", Containers: []string{"agent"}}
-	sealShared(t, r, pod, rec, 0, []string{"tls"})
+	sealShared(t, r, pod, rec, 0, []corev1.VolumeMount{{Name: "tls", MountPath: "/etc/ssl/agent-ca.crt", SubPath: "ca.crt", ReadOnly: true}})
+	// The tenant's own mount of the whole volume, in its pod spec.
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "tls", MountPath: "/steal", ReadOnly: true})
 	if err := r.Verify(pod, "uid", false, rec); err == nil {
 		t.Errorf("HOLE: the Sidecar shares only subPath ca.crt of Secret volume \"tls\"; the tenant's \"app\" mounts the whole " +
 			"volume at /steal (tls.key, confined to the agent) and the record verifies: owned names the shared volume, " +

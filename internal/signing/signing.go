@@ -356,7 +356,8 @@ func Container(pod *corev1.Pod, name string) *corev1.Container {
 
 // CoveredFields names, for messages, the fields of an injected container
 // that Digest covers.
-const CoveredFields = "image, command, args, workingDir, restartPolicy, env, envFrom, securityContext, volumeMounts, volumeDevices, probes and lifecycle"
+const CoveredFields = "image, command, args, workingDir, terminationMessagePath, restartPolicy, env, envFrom, securityContext, " +
+	"volumeMounts, volumeDevices, probes and lifecycle"
 
 // Content is what the digest covers of a container: what decides what the
 // container runs, what runs in it, and what it can reach. Fields the
@@ -369,6 +370,9 @@ type Content struct {
 	Command    []string `json:"command,omitempty"`
 	Args       []string `json:"args,omitempty"`
 	WorkingDir string   `json:"workingDir,omitempty"`
+	// TerminationMessagePath is a file kubelet mounts into the container:
+	// elsewhere, it could cover what the sidecar reads.
+	TerminationMessagePath string `json:"terminationMessagePath,omitempty"`
 	// RestartPolicy makes an init container a native sidecar.
 	RestartPolicy      *corev1.ContainerRestartPolicy `json:"restartPolicy,omitempty"`
 	RestartPolicyRules []corev1.ContainerRestartRule  `json:"restartPolicyRules,omitempty"`
@@ -389,7 +393,8 @@ type Content struct {
 func contentOf(c *corev1.Container) Content {
 	return Content{
 		Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args, WorkingDir: c.WorkingDir, ImagePullPolicy: c.ImagePullPolicy,
-		RestartPolicy: c.RestartPolicy, RestartPolicyRules: c.RestartPolicyRules, Env: c.Env, EnvFrom: c.EnvFrom, SecurityContext: c.SecurityContext,
+		TerminationMessagePath: c.TerminationMessagePath,
+		RestartPolicy:          c.RestartPolicy, RestartPolicyRules: c.RestartPolicyRules, Env: c.Env, EnvFrom: c.EnvFrom, SecurityContext: c.SecurityContext,
 		VolumeMounts: c.VolumeMounts, VolumeDevices: c.VolumeDevices,
 		LivenessProbe: c.LivenessProbe, ReadinessProbe: c.ReadinessProbe, StartupProbe: c.StartupProbe, Lifecycle: c.Lifecycle,
 	}
@@ -409,7 +414,8 @@ func Covered(c *corev1.Container) corev1.Container {
 	ct := contentOf(c)
 	return corev1.Container{
 		Name: ct.Name, Image: ct.Image, Command: ct.Command, Args: ct.Args, WorkingDir: ct.WorkingDir, ImagePullPolicy: ct.ImagePullPolicy,
-		RestartPolicy: ct.RestartPolicy, RestartPolicyRules: ct.RestartPolicyRules, Env: ct.Env, EnvFrom: ct.EnvFrom, SecurityContext: ct.SecurityContext,
+		TerminationMessagePath: ct.TerminationMessagePath,
+		RestartPolicy:          ct.RestartPolicy, RestartPolicyRules: ct.RestartPolicyRules, Env: ct.Env, EnvFrom: ct.EnvFrom, SecurityContext: ct.SecurityContext,
 		VolumeMounts: ct.VolumeMounts, VolumeDevices: ct.VolumeDevices,
 		LivenessProbe: ct.LivenessProbe, ReadinessProbe: ct.ReadinessProbe, StartupProbe: ct.StartupProbe, Lifecycle: ct.Lifecycle,
 	}

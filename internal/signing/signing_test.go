@@ -454,3 +454,15 @@ func TestVerifyHeldCredential(t *testing.T) {
 		t.Fatalf("its image pinned to a digest the pod creator chose: got %v, want %v", err, ErrContentChanged)
 	}
 }
+
+// The apiserver defaults imagePullPolicy from the tag.
+func TestOrPullPolicy(t *testing.T) {
+	for image, want := range map[string]corev1.PullPolicy{
+		"busybox": corev1.PullAlways, "busybox:latest": corev1.PullAlways, "localhost:5000/busybox": corev1.PullAlways,
+		"busybox:1.36": corev1.PullIfNotPresent, "localhost:5000/busybox:1": corev1.PullIfNotPresent, "busybox@sha256:abc": corev1.PullIfNotPresent,
+	} {
+		if got := orPullPolicy("", image); got != want {
+			t.Errorf("orPullPolicy(%q) = %s, want %s", image, got, want)
+		}
+	}
+}

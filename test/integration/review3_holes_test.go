@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 )
 
 // Review 3, attack 1 through the real apiserver, as the tenant, no copy,
@@ -23,7 +22,7 @@ func TestReview3TenantSharesTheSidecarsProcessNamespace(t *testing.T) {
 
 	p := &corev1.Pod{}
 	p.GenerateName, p.Namespace, p.Labels = "app-", ns, map[string]string{"app": sc.Name}
-	p.Spec.ShareProcessNamespace = ptr.To(true)
+	p.Spec.ShareProcessNamespace = new(true)
 	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "app",
 		Command: []string{"sh", "-c", "until pid=$(pgrep -f xxl-agent); do sleep 1; done; cat /proc/$pid/root/var/run/agent/* /proc/$pid/environ; sleep inf"}}}
 	if err := tenantClient.Create(ctx, p); err != nil {
