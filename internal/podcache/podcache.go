@@ -100,9 +100,10 @@ func InjectedSidecarNames(obj client.Object) []string {
 
 // Slim is the cache transform for pods, the operator's cost centre: it
 // keeps what the engine and the controllers read (metadata, the service
-// account, container names and mounts, volumes and the phase), and of the
-// injected containers what their records' digests cover, and drops the
-// rest, which is most of a pod. It slims the pod in place, as client-go
+// account, container names and what of the pod's volumes each reaches,
+// volumes, process namespace sharing and the phase), and of the injected
+// containers what verification reads, and drops the rest, which is most of
+// a pod. It slims the pod in place, as client-go
 // allows: the informer's initial watch list transforms each pod twice, once
 // into its temporary store and again on Replace, and a copy would hold two
 // slim caches at once.
@@ -120,10 +121,14 @@ func Slim(obj any) (any, error) {
 		}
 	}
 	pod.Spec = corev1.PodSpec{
-		ServiceAccountName: pod.Spec.ServiceAccountName,
-		Containers:         slimContainers(pod.Spec.Containers, injected),
-		InitContainers:     slimContainers(pod.Spec.InitContainers, injected),
-		Volumes:            pod.Spec.Volumes,
+		ServiceAccountName:    pod.Spec.ServiceAccountName,
+		Containers:            slimContainers(pod.Spec.Containers, injected),
+		InitContainers:        slimContainers(pod.Spec.InitContainers, injected),
+		EphemeralContainers:   slimEphemeral(pod.Spec.EphemeralContainers),
+		Volumes:               pod.Spec.Volumes,
+		ShareProcessNamespace: pod.Spec.ShareProcessNamespace,
+		HostPID:               pod.Spec.HostPID,
+		HostIPC:               pod.Spec.HostIPC,
 	}
 	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase}
 	internMeta(pod)
@@ -160,10 +165,34 @@ func slimContainers(cs []corev1.Container, injected map[string]bool) []corev1.Co
 		if injected[c.Name] {
 			out[i] = signing.Covered(c) // records verify from the cache
 		} else {
-			out[i] = corev1.Container{Name: c.Name, VolumeMounts: c.VolumeMounts}
+			out[i] = reach(c)
 		}
 	}
 	return sharedContainers.share(out)
+}
+
+// reach is what of the pod's volumes a container reaches: verification
+// asks it of the containers beside a sidecar that holds a credential.
+func reach(c *corev1.Container) corev1.Container {
+	out := corev1.Container{Name: c.Name, VolumeMounts: c.VolumeMounts, VolumeDevices: c.VolumeDevices}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FileKeyRef != nil {
+			out.Env = append(out.Env, e)
+		}
+	}
+	return out
+}
+
+func slimEphemeral(cs []corev1.EphemeralContainer) []corev1.EphemeralContainer {
+	if cs == nil {
+		return nil
+	}
+	out := make([]corev1.EphemeralContainer, len(cs))
+	for i := range cs {
+		c := corev1.Container(cs[i].EphemeralContainerCommon)
+		out[i] = corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon(reach(&c)), TargetContainerName: cs[i].TargetContainerName}
+	}
+	return out
 }
 
 // sharedContainers holds one copy of each distinct list of slim containers:

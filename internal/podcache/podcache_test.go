@@ -1,6 +1,7 @@
 package podcache
 
 import (
+	"bytes"
 	"reflect"
 	"slices"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 func TestSlimPodKeepsWhatTheEngineReads(t *testing.T) {
@@ -55,6 +57,63 @@ func TestSlimPodKeepsWhatTheEngineReads(t *testing.T) {
 		// The watch list transforms each pod twice.
 		if again, _ := Slim(slim.DeepCopy()); !equality.Semantic.DeepEqual(again, slim) {
 			t.Errorf("slimming again changed the pod: %+v", again)
+		}
+	}
+}
+
+// A record verifies, or not, alike on the pod and on its slim copy, for
+// each thing verification reads beside the injected containers.
+func TestSlimPodVerifiesAsThePod(t *testing.T) {
+	sc := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "agent", UID: "uid"}, Spec: v1alpha1.SidecarSpec{
+		Containers: []corev1.Container{{Name: "agent", Image: "agent:1",
+			VolumeMounts: []corev1.VolumeMount{{Name: "token", MountPath: "/var/run/agent"}, {Name: "work", MountPath: "/work"}}}},
+		Volumes: []corev1.Volume{{Name: "token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "admin"}}},
+			{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		AllowRequestByName: new(true),
+	}}
+	engine, err := inject.New([]v1alpha1.Sidecar{sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := signing.ParseRing(map[string][]byte{"k1700000000": bytes.Repeat([]byte{1}, signing.KeySize)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Annotations: map[string]string{v1alpha1.AnnotationInject: "agent"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+	res, err := engine.Inject(pod, "ns", inject.DefaultNamespaceLabels, ring)
+	if err != nil || res.Pod == nil {
+		t.Fatalf("inject: %v", err)
+	}
+	work := corev1.VolumeMount{Name: "work", MountPath: "/x"}
+	for name, change := range map[string]func(*corev1.Pod){
+		"as injected":           func(*corev1.Pod) {},
+		"shareProcessNamespace": func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = new(true) },
+		"hostPID":               func(p *corev1.Pod) { p.Spec.HostPID = true },
+		"hostIPC":               func(p *corev1.Pod) { p.Spec.HostIPC = true },
+		"the app mounts its work volume": func(p *corev1.Pod) {
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, work)
+		},
+		"the app reads its work volume as a device": func(p *corev1.Pod) {
+			p.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "work", DevicePath: "/dev/x"}}
+		},
+		"the app reads a file of its work volume into env": func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{FileKeyRef: &corev1.FileKeySelector{VolumeName: "work", Path: "x", Key: "x"}}}}
+		},
+		"an ephemeral container mounts its work volume": func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "dbg", VolumeMounts: []corev1.VolumeMount{work}}}}
+		},
+	} {
+		full := res.Pod.DeepCopy()
+		change(full)
+		obj, err := Slim(full.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := inject.InjectedSidecars(full.Annotations)[0]
+		want, got := engine.Verify(ring, full, &rec), engine.Verify(ring, obj.(*corev1.Pod), &rec)
+		if (want == nil) != (got == nil) || (name == "as injected") != (want == nil) {
+			t.Errorf("%s: on the pod %v, on the slim pod %v", name, want, got)
 		}
 	}
 }

@@ -87,15 +87,14 @@ func startKyverno(t *testing.T, namespace string) {
 	}
 	t.Logf("Kyverno: %s %s (built with %s), binary %s", kyvernoModule, version, info.GoVersion, bin)
 
-	crds := envtest.CRDInstallOptions{Paths: kyvernoCRDs(t, version), ErrorIfPathMissing: true}
+	// The CRDs stay for the suite's other Kyverno tests: uninstalled, they
+	// would still be terminating when the next test installs them again.
+	// Nothing else reads them. Under load they take more than envtest's
+	// default 10 s to be served.
+	crds := envtest.CRDInstallOptions{Paths: kyvernoCRDs(t, version), ErrorIfPathMissing: true, MaxTime: 2 * time.Minute}
 	if _, err := envtest.InstallCRDs(cfg, crds); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := envtest.UninstallCRDs(cfg, crds); err != nil {
-			t.Errorf("removing Kyverno's CRDs: %v", err)
-		}
-	})
 
 	home := createNamespace(t, nil)
 	webhooks := fmt.Sprintf(`{"namespaceSelector":{"matchLabels":{%q:%q}}}`, corev1.LabelMetadataName, namespace)
