@@ -10,7 +10,6 @@ package integration
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
@@ -21,15 +20,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 )
 
 // jsonPatchOp is one RFC 6902 operation, as the third parties marshal them.
@@ -50,28 +46,8 @@ type standIn struct {
 
 func serveStandIn(t *testing.T, mutate mutatePod) *standIn {
 	t.Helper()
-	ca, err := certs.NewCA("stand-in webhook CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue([]string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := leaf.TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		answerReview(w, r, mutate)
-	}), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return &standIn{url: "https://" + ln.Addr().String(), caPEM: ca.CertPEM}
+	url, caPEM := serveTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { answerReview(w, r, mutate) }))
+	return &standIn{url: url, caPEM: caPEM}
 }
 
 // answerReview answers an AdmissionReview of admission.k8s.io/v1 or v1beta1

@@ -33,7 +33,16 @@ type helperWebhook struct {
 
 func startHelperWebhook(t *testing.T, delay time.Duration, patch string) *helperWebhook {
 	t.Helper()
-	ca, err := certs.NewCA("helper webhook CA", time.Hour)
+	h := &helperWebhook{delay: delay, patch: patch, called: make(chan struct{}, 100)}
+	h.url, h.caPEM = serveTLS(t, http.HandlerFunc(h.serve))
+	return h
+}
+
+// serveTLS serves handler over TLS on loopback until the test ends, with a
+// CA of its own; it returns the URL and the CA, for a webhook's clientConfig.
+func serveTLS(t *testing.T, handler http.Handler) (url string, caPEM []byte) {
+	t.Helper()
+	ca, err := certs.NewCA("test webhook CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,11 +58,10 @@ func startHelperWebhook(t *testing.T, delay time.Duration, patch string) *helper
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &helperWebhook{url: "https://" + ln.Addr().String(), caPEM: ca.CertPEM, delay: delay, patch: patch, called: make(chan struct{}, 100)}
-	srv := &http.Server{Handler: http.HandlerFunc(h.serve), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return h
+	return "https://" + ln.Addr().String(), ca.CertPEM
 }
 
 func (h *helperWebhook) serve(w http.ResponseWriter, r *http.Request) {

@@ -31,13 +31,7 @@ func grantOutlives(t *testing.T, sc *v1alpha1.Sidecar, ns string) bool {
 func TestReviewPinnedImageOfConfinedSidecarKeepsTheGrant(t *testing.T) {
 	ctx := context.Background()
 	sc := confinedAgent()
-	applyServed(t, sc)
-	ns, tenantClient := tenant(t, nil)
-	injected, err := selectedPodAs(t, tenantClient, sc, ns, nil)
-	if err != nil || !injectedWith(injected, sc.Name) {
-		t.Fatalf("test setup: selected pod not injected: %v", err)
-	}
-	waitBinding(t, sc, ns, ns+"/default")
+	ns, tenantClient, injected := grantedPod(t, sc)
 	const chosen = "@sha256:deadbeefdeadbeefdeadbeefdeadbeefdeadbeefdeadbeefdeadbeefdeadbeef"
 	copied := copyOf(injected, injected.Labels, func(c *corev1.Container, _ *corev1.PodSpec) { c.Image += chosen })
 	if err := tenantClient.Create(ctx, copied); err != nil {
@@ -62,13 +56,7 @@ func TestReviewPinnedImageOfConfinedSidecarKeepsTheGrant(t *testing.T) {
 func TestReviewDecoyMountUnconfinesTheSidecar(t *testing.T) {
 	ctx := context.Background()
 	sc := confinedAgent()
-	applyServed(t, sc)
-	ns, tenantClient := tenant(t, nil)
-	injected, err := selectedPodAs(t, tenantClient, sc, ns, nil)
-	if err != nil || !injectedWith(injected, sc.Name) {
-		t.Fatalf("test setup: selected pod not injected: %v", err)
-	}
-	waitBinding(t, sc, ns, ns+"/default")
+	ns, tenantClient, injected := grantedPod(t, sc)
 	copied := copyOf(injected, injected.Labels, func(c *corev1.Container, s *corev1.PodSpec) {
 		s.Volumes = append(s.Volumes, corev1.Volume{Name: "evil", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 		for i := range s.Containers {

@@ -38,6 +38,20 @@ func confinedAgent() *v1alpha1.Sidecar {
 	return sc
 }
 
+// grantedPod serves sc, and makes a tenant's namespace with a pod the
+// Sidecar selects and injects, whose grant is made: what a copy copies.
+func grantedPod(t *testing.T, sc *v1alpha1.Sidecar) (string, client.Client, *corev1.Pod) {
+	t.Helper()
+	applyServed(t, sc)
+	ns, tenantClient := tenant(t, nil)
+	injected, err := selectedPodAs(t, tenantClient, sc, ns, nil)
+	if err != nil || !injectedWith(injected, sc.Name) {
+		t.Fatalf("test setup: selected pod not injected: %v", err)
+	}
+	waitBinding(t, sc, ns, ns+"/default")
+	return ns, tenantClient, injected
+}
+
 // copyOf is a pod of the tenant's with the injected pod's spec and record,
 // changed by edit.
 func copyOf(injected *corev1.Pod, labels map[string]string, edit func(sidecar *corev1.Container, spec *corev1.PodSpec)) *corev1.Pod {
@@ -60,13 +74,7 @@ func copyOf(injected *corev1.Pod, labels map[string]string, edit func(sidecar *c
 func TestAttackCopiedRecordReachesConfinedSidecar(t *testing.T) {
 	ctx := context.Background()
 	sc := confinedAgent()
-	applyServed(t, sc)
-	ns, tenantClient := tenant(t, nil)
-	injected, err := selectedPodAs(t, tenantClient, sc, ns, nil)
-	if err != nil || !injectedWith(injected, sc.Name) {
-		t.Fatalf("test setup: selected pod not injected: %v", err)
-	}
-	waitBinding(t, sc, ns, ns+"/default")
+	ns, tenantClient, injected := grantedPod(t, sc)
 
 	attacks := map[string]func(*corev1.Container, *corev1.PodSpec){
 		"LD_PRELOAD added": func(c *corev1.Container, _ *corev1.PodSpec) {
@@ -114,13 +122,7 @@ func TestAttackCopiedRecordReachesConfinedSidecar(t *testing.T) {
 func TestAttackCopiedRecordWithAdditionsElsewhere(t *testing.T) {
 	ctx := context.Background()
 	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
-	applyServed(t, sc)
-	ns, tenantClient := tenant(t, nil)
-	injected, err := selectedPodAs(t, tenantClient, sc, ns, nil)
-	if err != nil || !injectedWith(injected, sc.Name) {
-		t.Fatalf("test setup: selected pod not injected: %v", err)
-	}
-	waitBinding(t, sc, ns, ns+"/default")
+	ns, tenantClient, injected := grantedPod(t, sc)
 	preload := func(c *corev1.Container, _ *corev1.PodSpec) {
 		c.Env = append(c.Env, corev1.EnvVar{Name: "LD_PRELOAD", Value: "/tmp/evil.so"})
 	}
