@@ -98,10 +98,7 @@ func securityContextBits(sc *corev1.SecurityContext) uint16 {
 // fieldGroups are the covered fields, each hashed apart into owned so that
 // a failed verification can name what changed. The hashes only locate: the
 // digest decides.
-var fieldGroups = []struct {
-	name string
-	of   func(*Content) any
-}{
+var fieldGroups = []fieldGroup{
 	{"image", func(c *Content) any { return c.Image }},
 	{"command", func(c *Content) any { return c.Command }},
 	{"args", func(c *Content) any { return c.Args }},
@@ -115,6 +112,11 @@ var fieldGroups = []struct {
 	{"volumeDevices", func(c *Content) any { return c.VolumeDevices }},
 	{"probes", func(c *Content) any { return []any{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} }},
 	{"lifecycle", func(c *Content) any { return c.Lifecycle }},
+}
+
+type fieldGroup struct {
+	name string
+	of   func(*Content) any
 }
 
 // locatorBytes is how much of each group's hash owned keeps.
@@ -139,21 +141,36 @@ func groupHash(g int, c *Content) []byte {
 }
 
 // The groups of env and volumeMounts, whose entries others add beside.
-const (
-	envGroup    = 6
-	mountsGroup = 9
-)
+var envGroup, mountsGroup = groupIndex("env"), groupIndex("volumeMounts")
+
+func groupIndex(name string) int {
+	i := slices.IndexFunc(fieldGroups, func(g fieldGroup) bool { return g.name == name })
+	if i < 0 {
+		panic("signing: no field group " + name)
+	}
+	return i
+}
+
+// locator is group g's hash in hashes (owned's, decoded); nil when they
+// are too short, as no signed record's are.
+func locator(hashes []byte, g int) []byte {
+	at := g * locatorBytes
+	if at+locatorBytes > len(hashes) {
+		return nil
+	}
+	return hashes[at : at+locatorBytes]
+}
 
 // ownedWindow finds where in list the n entries the webhook set are: other
 // actors add before them (a strategic merge patch, as Kyverno's, puts its
 // entries first) or after (a JSON patch appending). It is the first window
 // whose hash is what owned says; 0 when none is, and the digest then fails.
 func ownedWindow[T any](list []T, n int, want []byte, hashOf func([]T) []byte) int {
-	if len(list) == n || len(want) < locatorBytes {
+	if len(list) == n || want == nil {
 		return 0
 	}
 	for at := 0; at+n <= len(list); at++ {
-		if string(hashOf(list[at:at+n])) == string(want[:locatorBytes]) {
+		if string(hashOf(list[at:at+n])) == string(want) {
 			return at
 		}
 	}
@@ -293,7 +310,7 @@ func cut(pod *corev1.Pod, c *corev1.Container, e *ownedEntry, exact bool, d *dri
 	if len(ct.Env) < e.env {
 		d.add("%s: env has %d entries, the webhook set %d", where, len(ct.Env), e.env)
 	} else {
-		at := ownedWindow(ct.Env, e.env, hashes[min(envGroup*locatorBytes, len(hashes)):], func(env []corev1.EnvVar) []byte {
+		at := ownedWindow(ct.Env, e.env, locator(hashes, envGroup), func(env []corev1.EnvVar) []byte {
 			return groupHash(envGroup, &Content{Env: storedEnv(env)})
 		})
 		o.addedEnv = slices.Concat(ct.Env[:at], ct.Env[at+e.env:])
@@ -302,7 +319,7 @@ func cut(pod *corev1.Pod, c *corev1.Container, e *ownedEntry, exact bool, d *dri
 	if len(ct.VolumeMounts) < e.mounts {
 		d.add("%s: volumeMounts has %d entries, the webhook set %d", where, len(ct.VolumeMounts), e.mounts)
 	} else {
-		at := ownedWindow(ct.VolumeMounts, e.mounts, hashes[min(mountsGroup*locatorBytes, len(hashes)):], func(m []corev1.VolumeMount) []byte {
+		at := ownedWindow(ct.VolumeMounts, e.mounts, locator(hashes, mountsGroup), func(m []corev1.VolumeMount) []byte {
 			return groupHash(mountsGroup, &Content{VolumeMounts: m})
 		})
 		added := slices.Concat(ct.VolumeMounts[:at], ct.VolumeMounts[at+e.mounts:])
@@ -693,8 +710,7 @@ func changedFields(list []Content, entries []ownedEntry, pinned bool) error {
 		want, _ := base64.RawURLEncoding.DecodeString(entries[i].fields) // a signed record's decodes
 		var names []string
 		for g := range fieldGroups {
-			at := g * locatorBytes
-			if at+locatorBytes > len(want) || string(got[at:at+locatorBytes]) != string(want[at:at+locatorBytes]) {
+			if w := locator(want, g); w == nil || string(locator(got, g)) != string(w) {
 				names = append(names, fieldGroups[g].name)
 			}
 		}

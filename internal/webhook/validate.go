@@ -75,8 +75,8 @@ func (v *Validator) read(w http.ResponseWriter, body []byte, want string) (*revi
 	return nil, false
 }
 
-func answer(w http.ResponseWriter, rv *review, denial string) {
-	resp := response{apiVersion: rv.APIVersion, uid: rv.Request.UID, denial: denial}
+func answer(w http.ResponseWriter, rv *review, denial string, warnings ...string) {
+	resp := response{apiVersion: rv.APIVersion, uid: rv.Request.UID, denial: denial, warnings: warnings}
 	writeResponse(w, resp.appendJSON(nil))
 }
 
@@ -177,14 +177,12 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 		}
 		oldPod = &old
 	}
-	resp := response{apiVersion: rv.APIVersion, uid: rv.Request.UID}
 	errs, warnings := validation.Pod(&pod, oldPod, engine, ring)
 	if len(errs) > 0 {
-		resp.denial = validation.Message("Pod", podName(&pod), errs)
-	} else {
-		resp.warnings = warnings
+		answer(w, rv, validation.Message("Pod", podName(&pod), errs))
+		return
 	}
-	writeResponse(w, resp.appendJSON(nil))
+	answer(w, rv, "", warnings...)
 }
 
 func podName(p *corev1.Pod) string {
