@@ -161,6 +161,11 @@ func locator(hashes []byte, g int) []byte {
 	return hashes[at : at+locatorBytes]
 }
 
+// MaxAddedEntries bounds the env entries, and the volumeMounts, that others
+// may add to one injected container: finding the webhook's among them
+// costs a hash per place they could be, on every pass of the controllers.
+const MaxAddedEntries = 256
+
 // ownedWindow finds where in list the n entries the webhook set are: other
 // actors add before them (a strategic merge patch, as Kyverno's, puts its
 // entries first) or after (a JSON patch appending). It is the first window
@@ -307,18 +312,24 @@ func cut(pod *corev1.Pod, c *corev1.Container, e *ownedEntry, exact bool, d *dri
 	if len(ct.Env) > e.env || len(ct.VolumeMounts) > e.mounts {
 		hashes, _ = base64.RawURLEncoding.DecodeString(e.fields) // a signed record's decodes
 	}
-	if len(ct.Env) < e.env {
+	switch {
+	case len(ct.Env) < e.env:
 		d.add("%s: env has %d entries, the webhook set %d", where, len(ct.Env), e.env)
-	} else {
+	case len(ct.Env)-e.env > MaxAddedEntries:
+		d.add("%s: %d env entries were added after injection, more than the %d tolerated", where, len(ct.Env)-e.env, MaxAddedEntries)
+	default:
 		at := ownedWindow(ct.Env, e.env, locator(hashes, envGroup), func(env []corev1.EnvVar) []byte {
 			return groupHash(envGroup, &Content{Env: storedEnv(env)})
 		})
 		o.addedEnv = slices.Concat(ct.Env[:at], ct.Env[at+e.env:])
 		ct.Env = ct.Env[at : at+e.env : at+e.env]
 	}
-	if len(ct.VolumeMounts) < e.mounts {
+	switch {
+	case len(ct.VolumeMounts) < e.mounts:
 		d.add("%s: volumeMounts has %d entries, the webhook set %d", where, len(ct.VolumeMounts), e.mounts)
-	} else {
+	case len(ct.VolumeMounts)-e.mounts > MaxAddedEntries:
+		d.add("%s: %d volumeMounts were added after injection, more than the %d tolerated", where, len(ct.VolumeMounts)-e.mounts, MaxAddedEntries)
+	default:
 		at := ownedWindow(ct.VolumeMounts, e.mounts, locator(hashes, mountsGroup), func(m []corev1.VolumeMount) []byte {
 			return groupHash(mountsGroup, &Content{VolumeMounts: m})
 		})

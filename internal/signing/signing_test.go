@@ -379,6 +379,29 @@ func TestVerifyAddedEnvReadByTheWebhooks(t *testing.T) {
 	}
 }
 
+// Finding the webhook's entries among others' costs a hash per place they
+// could be: what others may add to one list is bounded, so that a copy's
+// thousands of entries cost the controllers nothing on every pass.
+func TestVerifyBoundsWhatOthersAdd(t *testing.T) {
+	r := ring(t, map[string][]byte{"k1000": secretOf(1)}, 0)
+	for _, added := range []int{MaxAddedEntries, MaxAddedEntries + 1} {
+		pod, rec := signedPod(t, r)
+		c := &pod.Spec.Containers[1]
+		var env []corev1.EnvVar
+		for i := range added {
+			env = append(env, corev1.EnvVar{Name: "ADDED_" + itoa(int64(i)), Value: "x"})
+		}
+		c.Env = append(env, c.Env...) // the webhook's last: the longest search
+		err := r.Verify(pod, "uid-1", false, rec)
+		if added <= MaxAddedEntries && err != nil {
+			t.Errorf("%d env entries added: %v", added, err)
+		}
+		if added > MaxAddedEntries && (!errors.Is(err, ErrContentChanged) || !strings.Contains(err.Error(), "more than the 256")) {
+			t.Errorf("%d env entries added: got %v, want a change naming the bound", added, err)
+		}
+	}
+}
+
 const hex64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 // A native sidecar's place among the init containers: an init container of
