@@ -14,8 +14,8 @@ import (
 // Webhooks is where the trust bundle is published: every webhook's
 // caBundle, and beside them the operator's record of the CAs it made.
 type Webhooks interface {
-	// Publish writes bundle into every webhook's caBundle, creating the
-	// configurations if missing, and then record as the record.
+	// Publish writes bundle into every webhook's caBundle, and then record
+	// as the record.
 	Publish(ctx context.Context, bundle []byte, record Record) error
 	// Read returns what the apiserver stores now, not a cached copy.
 	Read(ctx context.Context) (Stored, error)
@@ -52,7 +52,7 @@ type WebhookConfigurations struct {
 	// Mutating and Validating name the configurations.
 	Mutating, Validating string
 	// Ensure brings both configurations to what they should be with
-	// caBundle bundle, creating them if missing; c reads from the apiserver.
+	// caBundle bundle; c reads from the apiserver.
 	Ensure func(ctx context.Context, c client.Client, bundle []byte) error
 }
 

@@ -30,8 +30,9 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
-// The configurations are created if missing (RBAC cannot scope create by
-// name) and updated only by name; --webhook-config-name needs this changed.
+// Outside a cluster the configurations are created if missing (RBAC cannot
+// scope create by name); they are updated only by name, so
+// --webhook-config-name needs this changed.
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
@@ -40,18 +41,20 @@ import (
 // setUpCertificates returns the webhook's TLS configuration and a check that
 // the apiserver trusts what is served, and adds what keeps both current.
 func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls.Config, func(context.Context) error, error) {
+	create := opts.Target.CreatesMissing()
 	publish := func(ctx context.Context, c client.Client, caBundle []byte) error {
 		// The policy first: Sidecars reach the webhook only once its
 		// configuration is published, and must never be admitted without
 		// their author judged.
-		if err := webhookconfig.EnsureAuthorPolicy(ctx, c); err != nil {
+		if err := webhookconfig.EnsureAuthorPolicy(ctx, c, create); err != nil {
 			return err
 		}
 		mutating := webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)
-		if err := webhookconfig.EnsureMutating(ctx, c, mutating); err != nil {
+		if err := webhookconfig.EnsureMutating(ctx, c, mutating, create); err != nil {
 			return err
 		}
-		return webhookconfig.EnsureValidating(ctx, c, webhookconfig.Validating(opts.ValidatingConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace))
+		validating := webhookconfig.Validating(opts.ValidatingConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)
+		return webhookconfig.EnsureValidating(ctx, c, validating, create)
 	}
 	trusted := func(ctx context.Context, issuer []byte) error {
 		var have admissionv1.MutatingWebhookConfiguration

@@ -20,8 +20,9 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
-// The configurations are created if missing (RBAC cannot scope create by
-// name) and updated only by name; --webhook-config-name needs this changed.
+// Outside a cluster the configurations are created if missing (RBAC cannot
+// scope create by name; see Target.CreatesMissing); they are updated only by
+// name, so --webhook-config-name needs this changed.
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
@@ -58,6 +59,23 @@ type Target struct {
 	URL              string
 	ServiceNamespace string
 	ServiceName      string
+}
+
+// CreatesMissing says whether the operator creates its webhook configurations
+// and author policy when they are missing: only when reached by URL, outside
+// a cluster, where no installer knows the URL. Reached through its Service,
+// the installer (the chart, or config/) creates them and helm uninstall
+// deletes them, validating first; the operator only keeps them up to date. A
+// replica still running during the uninstall then cannot bring back a Fail
+// configuration whose Service is about to go, which would refuse every pod
+// of the cluster.
+func (t Target) CreatesMissing() bool { return t.URL != "" }
+
+// errNotInstalled is what keeping a missing object that the installer
+// creates says.
+func errNotInstalled(kind, name string) error {
+	return fmt.Errorf("%s %s is missing: in a cluster, the installer creates it (helm install, or kubectl apply of config/) "+
+		"and helm uninstall deletes it; the operator only keeps it up to date", kind, name)
 }
 
 // Mutating is the desired configuration for pod injection.
@@ -186,10 +204,13 @@ func PodValidationNamespaces(excludeNamespaces ...string) *metav1.LabelSelector 
 }
 
 // EnsureValidating is EnsureMutating for the validating configuration.
-func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.ValidatingWebhookConfiguration) error {
+func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.ValidatingWebhookConfiguration, create bool) error {
 	var have admissionv1.ValidatingWebhookConfiguration
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
 	if apierrors.IsNotFound(err) {
+		if !create {
+			return errNotInstalled("ValidatingWebhookConfiguration", want.Name)
+		}
 		return c.Create(ctx, want)
 	}
 	if err != nil {
@@ -207,13 +228,17 @@ func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.Va
 	return c.Update(ctx, &have)
 }
 
-// EnsureMutating creates the configuration or brings an existing
-// one to the desired webhooks, keeping its metadata. A desired webhook with no
-// caBundle keeps the one it has: cert-manager's CA injector sets it.
-func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration) error {
+// EnsureMutating brings an existing configuration to the desired webhooks,
+// keeping its metadata, or creates a missing one if create (see
+// Target.CreatesMissing). A desired webhook with no caBundle keeps the one it
+// has: cert-manager's CA injector sets it.
+func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration, create bool) error {
 	var have admissionv1.MutatingWebhookConfiguration
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
 	if apierrors.IsNotFound(err) {
+		if !create {
+			return errNotInstalled("MutatingWebhookConfiguration", want.Name)
+		}
 		return c.Create(ctx, want)
 	}
 	if err != nil {

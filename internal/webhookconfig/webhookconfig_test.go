@@ -1,14 +1,19 @@
 package webhookconfig
 
 import (
+	"context"
+	"errors"
 	"maps"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 )
 
 func TestServes(t *testing.T) {
@@ -34,5 +39,61 @@ func TestServes(t *testing.T) {
 		if !served && !strings.Contains(why, tc.namespace) {
 			t.Errorf("%s: the reason %q does not name the namespace", tc.namespace, why)
 		}
+	}
+}
+
+// Installed in a cluster, the installer creates and deletes the
+// configurations and the author policy: keeping a missing one fails, naming
+// it, and leaves it missing, so that a replica still running during helm
+// uninstall brings nothing back. An existing one is kept up to date.
+func TestOnlyTheInstallerCreatesInACluster(t *testing.T) {
+	ctx := context.Background()
+	service := Target{ServiceNamespace: "ops", ServiceName: "sidecar-operator"}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
+	keep := func() []error {
+		return []error{
+			EnsureAuthorPolicy(ctx, c, service.CreatesMissing()),
+			EnsureMutating(ctx, c, Mutating(DefaultName, service, []byte("ca"), admissionv1.Fail, "ops"), service.CreatesMissing()),
+			EnsureValidating(ctx, c, Validating(DefaultName, service, []byte("ca"), admissionv1.Fail, "ops"), service.CreatesMissing()),
+		}
+	}
+	for i, err := range keep() {
+		want := []string{"ValidatingAdmissionPolicy " + AuthorPolicyName, "MutatingWebhookConfiguration " + DefaultName,
+			"ValidatingWebhookConfiguration " + DefaultName}[i]
+		if err == nil || !strings.Contains(err.Error(), want+" is missing") {
+			t.Errorf("keeping a missing %s: %v", want, err)
+		}
+	}
+	var m admissionv1.MutatingWebhookConfigurationList
+	var v admissionv1.ValidatingWebhookConfigurationList
+	var p admissionv1.ValidatingAdmissionPolicyList
+	for _, list := range []client.ObjectList{&m, &v, &p} {
+		if err := c.List(ctx, list); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(m.Items)+len(v.Items)+len(p.Items) != 0 {
+		t.Fatalf("created %d mutating, %d validating configurations and %d policies", len(m.Items), len(v.Items), len(p.Items))
+	}
+
+	installedMutating, installedValidating := Installed("ops", admissionv1.Fail)
+	policy, binding := AuthorPolicy()
+	for _, obj := range []client.Object{installedMutating, installedValidating, policy, binding} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := errors.Join(keep()...); err != nil {
+		t.Fatal(err)
+	}
+	var kept admissionv1.MutatingWebhookConfiguration
+	if err := c.Get(ctx, client.ObjectKey{Name: DefaultName}, &kept); err != nil {
+		t.Fatal(err)
+	}
+	if string(kept.Webhooks[0].ClientConfig.CABundle) != "ca" {
+		t.Fatalf("the installed configuration's caBundle is %q, want the operator's", kept.Webhooks[0].ClientConfig.CABundle)
+	}
+	if !(Target{URL: "https://127.0.0.1:9443"}).CreatesMissing() {
+		t.Fatal("outside a cluster, reached by URL, nothing else creates the configurations")
 	}
 }
