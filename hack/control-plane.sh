@@ -130,9 +130,13 @@ up() {
     echo "$scheduler_token,system:kube-scheduler,system:kube-scheduler" >> "$state/pki/tokens.csv"
     kubeconfig "$state/kubelet.kubeconfig" "system:node:$node" "$kubelet_token"
     kubeconfig "$state/scheduler.kubeconfig" system:kube-scheduler "$scheduler_token"
+    # The apiserver reaches webhooks behind a Service at a ready endpoint of
+    # its EndpointSlices (the endpointslice controller's, below), a pod IP
+    # on cni0: no kube-proxy serves ClusterIPs here.
     node_flags=(--authorization-mode "Node,RBAC"
       --kubelet-client-certificate "$state/pki/apiserver-kubelet-client.crt"
-      --kubelet-client-key "$state/pki/apiserver-kubelet-client.key")
+      --kubelet-client-key "$state/pki/apiserver-kubelet-client.key"
+      --enable-aggregator-routing)
     touch "$state/node-mode"
   fi
 
@@ -160,7 +164,7 @@ up() {
         # not-ready taint once it is Ready.
         awk '/BEGIN/ {n++} n == 2' "$state/pki/apiserver.crt" > "$state/pki/apiserver-ca.crt"
         controllers+=,serviceaccount-controller,serviceaccount-token-controller
-        controllers+=,root-ca-certificate-publisher-controller,node-lifecycle-controller
+        controllers+=,root-ca-certificate-publisher-controller,node-lifecycle-controller,endpointslice-controller
         cm_flags=(--service-account-private-key-file "$state/pki/sa.key" --root-ca-file "$state/pki/apiserver-ca.crt")
       fi
       # Without NODE=1, no scheduler or kubelet: pods are created (and

@@ -5,16 +5,13 @@
 // Deployment, a StatefulSet and a DaemonSet, and a pod admitted while the
 // webhook was unreachable, reported missed and injected by rollout.
 //
-// TestMain owns the node, one for the package: hack/control-plane.sh with
-// NODE=1 in a state directory of its own (.local/node-test) on free ports,
-// the operator in the test process with failurePolicy Ignore behind a gate
-// the tests can close, and the teardown, also on an interrupt and before go
-// test's -timeout. Where the node cannot start, every test fails with the
-// scripts' reason.
+// TestMain owns the node, one for the package (nodeenv: .local/node-test),
+// and the operator in the test process with failurePolicy Ignore behind a
+// gate the tests can close. Where the node cannot start, every test fails
+// with the scripts' reason.
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -23,14 +20,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
-	"slices"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,6 +39,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/manager"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
+	"github.com/sidecar-operator/sidecar-operator/test/nodeenv"
 )
 
 var (
@@ -61,10 +53,6 @@ var (
 	webhook *gate
 )
 
-// teardownBudget is what stopping the node may take: the timeout guard
-// starts it this long before go test's -timeout would end the process.
-const teardownBudget = time.Minute
-
 func TestMain(m *testing.M) {
 	flag.Parse()
 	os.Exit(run(m))
@@ -72,9 +60,9 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
-	var down teardown
-	defer down.run()
-	guard(&down)
+	var down nodeenv.Teardown
+	defer down.Run()
+	nodeenv.Guard(&down)
 	if err := setUp(&down); err != nil {
 		setupErr = err
 		fmt.Fprintln(os.Stderr, "set-up failed:", err)
@@ -82,83 +70,17 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// guard tears everything down on SIGINT or SIGTERM, and before go test's
-// -timeout, whose panic would skip every deferred call.
-func guard(down *teardown) {
-	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		s := <-signals
-		fmt.Fprintf(os.Stderr, "%s: tearing the node down\n", s)
-		down.run()
-		os.Exit(1)
-	}()
-	timeout := flag.Lookup("test.timeout").Value.(flag.Getter).Get().(time.Duration)
-	if timeout <= teardownBudget {
-		return
-	}
-	time.AfterFunc(timeout-teardownBudget, func() {
-		fmt.Fprintf(os.Stderr, "the tests are still running %s before the %s timeout; their goroutines:\n", teardownBudget, timeout)
-		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
-		down.run()
-		os.Exit(1)
-	})
-}
-
-// teardown runs the steps added to it once, last added first, whoever asks.
-type teardown struct {
-	mu    sync.Mutex
-	steps []func()
-	done  bool
-}
-
-func (d *teardown) add(step func()) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.steps = append(d.steps, step)
-}
-
-func (d *teardown) run() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.done {
-		return
-	}
-	d.done = true
-	for _, step := range slices.Backward(d.steps) {
-		step()
-	}
-}
-
 // setUp brings up the control plane and the node, then the operator.
-func setUp(down *teardown) error {
+func setUp(down *nodeenv.Teardown) error {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		return err
 	}
-	cp, err := newControlPlane(root)
+	cp, err := nodeenv.Up(root, "node-test", down)
 	if err != nil {
 		return err
 	}
-	// A run killed before its teardown left its node: this removes it.
-	if err := cp.script("down"); err != nil {
-		return err
-	}
-	down.add(func() {
-		start := time.Now()
-		if err := cp.script("down"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return
-		}
-		fmt.Fprintf(os.Stderr, "node and control plane down in %s\n", time.Since(start).Round(time.Second))
-	})
-	start := time.Now()
-	if err := cp.script("up"); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "control plane and node up in %s (API port %d; logs in %s)\n", time.Since(start).Round(time.Second), cp.apiPort, cp.state)
-
-	kubeconfig = filepath.Join(cp.state, "kubeconfig")
+	kubeconfig = cp.Kubeconfig()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -174,92 +96,7 @@ func setUp(down *teardown) error {
 	}); err != nil {
 		return fmt.Errorf("installing the CRD: %w", err)
 	}
-	return startOperator(cfg, filepath.Join(cp.state, "pki", "webhook-client-ca.crt"), down)
-}
-
-// controlPlane is hack/control-plane.sh's control plane and node, kept
-// apart from one started by hand: its own state directory and ports.
-type controlPlane struct {
-	root, state       string
-	apiPort, etcdPort int
-	// mu runs one script at a time: an interrupt's down waits for up.
-	mu sync.Mutex
-}
-
-func newControlPlane(root string) (*controlPlane, error) {
-	apiPort, err := freePorts(1)
-	if err != nil {
-		return nil, err
-	}
-	// etcd listens on ETCD_PORT and its peers on the port after it.
-	etcdPort, err := freePorts(2)
-	if err != nil {
-		return nil, err
-	}
-	cp := &controlPlane{root: root, state: filepath.Join(root, ".local", "node-test"), apiPort: apiPort, etcdPort: etcdPort}
-	// This run's scripts only.
-	if err := os.Remove(cp.logFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	return cp, nil
-}
-
-func (cp *controlPlane) logFile() string { return filepath.Join(cp.state, "script.log") }
-
-// script runs hack/control-plane.sh up or down. Its output goes to
-// script.log in the state directory; a failure returns the last lines it
-// wrote to stderr, which say why.
-func (cp *controlPlane) script(action string) error {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	if err := os.MkdirAll(cp.state, 0o755); err != nil {
-		return err
-	}
-	logFile, err := os.OpenFile(cp.logFile(), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(cp.root, "hack", "control-plane.sh"), action)
-	cmd.Env = append(os.Environ(), "NODE=1", "STATE_DIR="+cp.state,
-		fmt.Sprintf("API_PORT=%d", cp.apiPort), fmt.Sprintf("ETCD_PORT=%d", cp.etcdPort))
-	cmd.Stdout, cmd.Stderr = logFile, io.MultiWriter(logFile, &stderr)
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("NODE=1 hack/control-plane.sh %s: %w:\n%s", action, err, lastLines(stderr.String(), 20))
-	}
-	return nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// freePorts finds n consecutive free ports on loopback and returns the first.
-func freePorts(n int) (int, error) {
-	for range 20 {
-		first, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := first.Addr().(*net.TCPAddr).Port
-		listeners := []net.Listener{first}
-		for i := 1; i < n; i++ {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+i))
-			if err != nil {
-				break
-			}
-			listeners = append(listeners, ln)
-		}
-		for _, ln := range listeners {
-			_ = ln.Close()
-		}
-		if len(listeners) == n {
-			return port, nil
-		}
-	}
-	return 0, fmt.Errorf("no %d consecutive free ports on 127.0.0.1", n)
+	return startOperator(cfg, cp.WebhookClientCA(), down)
 }
 
 // operator is the operator running in this process.
@@ -274,8 +111,8 @@ type operator struct {
 // sidecars, as a real webhook outage would. The webhook requires the
 // apiserver's client certificate (clientCA, which hack/control-plane.sh
 // made), which passes through the gate; readiness is asked on the probe port.
-func startOperator(cfg *rest.Config, clientCA string, down *teardown) error {
-	port, err := freePorts(2)
+func startOperator(cfg *rest.Config, clientCA string, down *nodeenv.Teardown) error {
+	port, err := nodeenv.FreePorts(2)
 	if err != nil {
 		return err
 	}
@@ -283,7 +120,7 @@ func startOperator(cfg *rest.Config, clientCA string, down *teardown) error {
 	if webhook, err = openGate(addr); err != nil {
 		return err
 	}
-	down.add(webhook.close)
+	down.Add(webhook.close)
 	ctx, cancel := context.WithCancel(context.Background())
 	op := &operator{cancel: cancel, stopped: make(chan struct{})}
 	go func() {
@@ -304,7 +141,7 @@ func startOperator(cfg *rest.Config, clientCA string, down *teardown) error {
 		})
 	}()
 	// Before the node goes: a stopping operator still writes to the apiserver.
-	down.add(op.stop)
+	down.Add(op.stop)
 	return op.waitReady("http://" + probes)
 }
 
@@ -352,7 +189,7 @@ type gate struct {
 }
 
 func openGate(backend string) (*gate, error) {
-	port, err := freePorts(1)
+	port, err := nodeenv.FreePorts(1)
 	if err != nil {
 		return nil, err
 	}
