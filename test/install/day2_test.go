@@ -1,0 +1,676 @@
+package install
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
+)
+
+const (
+	operatorNamespace = "sidecar-operator-system"
+	releaseName       = "sidecar-operator"
+	leaseName         = "sidecar-operator-leader"
+	certSecret        = "sidecar-operator-certs"
+	// appImage is test/images' app; the loop's pods never run.
+	appImage = "sidecar-operator.test/app:dev"
+	// loopSidecar is injected into every pod of the loop; agentSidecar
+	// grants, so that grants are seen to converge.
+	loopSidecar, agentSidecar = "day2-shipper", "day2-agent"
+)
+
+// TestDayTwo runs the moments in order, one create loop throughout, and
+// logs each moment's counts.
+func TestDayTwo(t *testing.T) {
+	if setupErr != nil {
+		t.Fatalf("the node's set-up failed: %v", setupErr)
+	}
+	loopNS := newNamespace(t, "day2-loop")
+	l := startLoop(t, loopNS)
+
+	steps := []struct {
+		name string
+		run  func(*testing.T, *podLoop)
+	}{
+		{"install", testInstall},
+		{"uninstall after install", testUninstall},
+		{"helm upgrade from the previous commit", testUpgrade},
+		{"the leader SIGKILLed", testLeaderKilled},
+		{"rotate=ca", testRotateCA},
+		{"uninstall", testUninstall},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, func(t *testing.T) { s.run(t, l) }) {
+			return
+		}
+	}
+}
+
+// testInstall times helm install from nothing to the first injected pod.
+// Pods created before the webhook answers fail (failurePolicy Fail, no
+// endpoint yet) or, before the Sidecar exists, are not injected: counted,
+// not judged.
+func testInstall(t *testing.T, l *podLoop) {
+	l.reset()
+	start := time.Now()
+	helm(t, installArgs("install", current, "--wait")...)
+	installed := time.Since(start)
+	createSidecar(t, shipper())
+	first := l.waitInjected(t, 60*time.Second)
+	t.Logf("install: helm install --wait returned after %s; the first injected pod after %s", installed.Round(time.Millisecond),
+		first.Sub(start).Round(time.Millisecond))
+	t.Logf("install: %s", l.take())
+	describeOperator(t, current)
+}
+
+// testUninstall: helm uninstall deletes the configurations first; no
+// replica brings one back while it stops; pods create normally after.
+func testUninstall(t *testing.T, l *podLoop) {
+	ctx := context.Background()
+	grantsBefore := managedRoleBindings(t)
+	l.reset()
+	helm(t, "uninstall", releaseName, "--namespace", operatorNamespace, "--wait", "--timeout", "2m")
+	noConfigurations := func() error {
+		var m admissionv1.MutatingWebhookConfiguration
+		var v admissionv1.ValidatingWebhookConfiguration
+		for _, obj := range []client.Object{&m, &v} {
+			if err := k8s.Get(ctx, client.ObjectKey{Name: webhookconfig.DefaultName}, obj); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%T %s is there (%v)", obj, webhookconfig.DefaultName, err)
+			}
+		}
+		return nil
+	}
+	if err := noConfigurations(); err != nil {
+		t.Fatalf("after helm uninstall: %v", err)
+	}
+	eventually(t, 60*time.Second, "the operator's pods to go", func() error {
+		pods := operatorPods(t)
+		if len(pods) > 0 {
+			return fmt.Errorf("%d pods left", len(pods))
+		}
+		return nil
+	})
+	if err := noConfigurations(); err != nil {
+		t.Fatalf("once the operator's pods are gone: %v", err)
+	}
+	during := l.take()
+	l.reset()
+	l.waitCreated(t, 20)
+	after := l.take()
+	t.Logf("uninstall: %s", during)
+	t.Logf("after uninstall: %s", after)
+	if after.failed > 0 {
+		t.Errorf("pods fail to create after helm uninstall: %s", after)
+	}
+	t.Logf("uninstall: grants (RoleBindings the operator made) %d before, %d after: the Sidecars and their CRD stay "+
+		"(helm.sh/resource-policy: keep), and with them what was granted", grantsBefore, managedRoleBindings(t))
+}
+
+// testUpgrade installs the previous commit's chart and image, then helm
+// upgrade to this one with a changed value: no create fails, none is missed.
+func testUpgrade(t *testing.T, l *podLoop) {
+	helm(t, installArgs("install", previous, "--wait")...)
+	l.reset()
+	l.waitInjected(t, 60*time.Second)
+	describeOperator(t, previous)
+	l.reset()
+	start := time.Now()
+	helm(t, installArgs("upgrade", current, "--wait", "--set", "resources.requests.cpu=110m")...)
+	eventually(t, 2*time.Minute, "every pod of the operator to run the new image, the old ones gone", func() error {
+		pods := operatorPods(t)
+		for _, p := range pods {
+			if p.Spec.Containers[0].Image != current.image || !ready(p) {
+				return fmt.Errorf("pod %s: %s, ready %v", p.Name, p.Spec.Containers[0].Image, ready(p))
+			}
+		}
+		if len(pods) != 2 {
+			return fmt.Errorf("%d pods", len(pods))
+		}
+		return nil
+	})
+	counts := l.take()
+	t.Logf("helm upgrade %s -> %s, rolled in %s: %s", previous.image, current.image, time.Since(start).Round(time.Millisecond), counts)
+	if counts.failed > 0 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
+		t.Errorf("helm upgrade: %s", counts)
+	}
+	describeOperator(t, current)
+}
+
+// testLeaderKilled SIGKILLs the leader's container through containerd, as a
+// node failure would: no pod is missed; creates routed to the dead
+// endpoint before the kubelet marks it unready may fail; leadership moves
+// within leaseDuration + 2 × retryPeriod (15 s + 4 s); grants and status
+// converge under the new leader.
+func testLeaderKilled(t *testing.T, l *podLoop) {
+	ctx := context.Background()
+	createSidecar(t, agent())
+	grantNS := newNamespace(t, "day2-grants")
+	createAgentPod(t, grantNS)
+	waitGrant(t, grantNS)
+
+	leader := leaseHolder(t)
+	var pod corev1.Pod
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: leader}, &pod); err != nil {
+		t.Fatalf("the leader %s: %v", leader, err)
+	}
+	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	l.reset()
+	killed := time.Now()
+	if out, err := exec.Command("ctr", "--address", containerd, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).CombinedOutput(); err != nil {
+		t.Fatalf("ctr tasks kill: %v: %s", err, out)
+	}
+	var moved time.Duration
+	eventually(t, 60*time.Second, "another pod to take the lease", func() error {
+		if h := leaseHolder(t); h == leader || h == "" {
+			return fmt.Errorf("held by %q", h)
+		}
+		moved = time.Since(killed)
+		return nil
+	})
+	newLeader := leaseHolder(t)
+	eventually(t, 90*time.Second, "both replicas ready again", func() error {
+		n := 0
+		for _, p := range operatorPods(t) {
+			if ready(p) {
+				n++
+			}
+		}
+		if n != 2 {
+			return fmt.Errorf("%d ready", n)
+		}
+		return nil
+	})
+	// A grant in a namespace that had none, and the agent's status: the
+	// new leader's controllers.
+	second := newNamespace(t, "day2-grants")
+	createAgentPod(t, second)
+	waitGrant(t, second)
+	eventually(t, 60*time.Second, "the agent Sidecar's status to count both pods", func() error {
+		var sc v1alpha1.Sidecar
+		if err := k8s.Get(ctx, client.ObjectKey{Name: agentSidecar}, &sc); err != nil {
+			return err
+		}
+		if sc.Status.InjectedPods != 2 || sc.Status.Namespaces != 2 {
+			return fmt.Errorf("injectedPods %d, namespaces %d", sc.Status.InjectedPods, sc.Status.Namespaces)
+		}
+		return nil
+	})
+	counts := l.take()
+	t.Logf("SIGKILL of the leader %s: the lease moved to %s after %s (bound 19s); both replicas ready again, grants and status converged %s after the kill",
+		leader, newLeader, moved.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+	t.Logf("SIGKILL of the leader: %s", counts)
+	if moved > 19*time.Second {
+		t.Errorf("leadership moved after %s, over leaseDuration + 2 × retryPeriod", moved)
+	}
+	if counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
+		t.Errorf("SIGKILL: %s", counts)
+	}
+}
+
+// testRotateCA asks for a new CA while the loop runs: the new CA is
+// published before any replica serves a certificate from it, so no create
+// fails.
+func testRotateCA(t *testing.T, l *podLoop) {
+	ctx := context.Background()
+	var secret corev1.Secret
+	key := client.ObjectKey{Namespace: operatorNamespace, Name: certSecret}
+	if err := k8s.Get(ctx, key, &secret); err != nil {
+		t.Fatal(err)
+	}
+	oldCA := firstCert(t, secret.Data["ca.crt"])
+	l.reset()
+	start := time.Now()
+	metav1.SetMetaDataAnnotation(&secret.ObjectMeta, v1alpha1.AnnotationRotate, "ca")
+	if err := k8s.Update(ctx, &secret); err != nil {
+		t.Fatal(err)
+	}
+	var leaf *x509.Certificate
+	eventually(t, 2*time.Minute, "the serving certificate to move to a new CA", func() error {
+		if err := k8s.Get(ctx, key, &secret); err != nil {
+			return err
+		}
+		ca, l := firstCert(t, secret.Data["ca.crt"]), firstCert(t, secret.Data["tls.crt"])
+		if ca.Equal(oldCA) || l.CheckSignatureFrom(ca) != nil {
+			return fmt.Errorf("ca.crt new: %v", !ca.Equal(oldCA))
+		}
+		leaf = l
+		return nil
+	})
+	eventually(t, time.Minute, "every replica to serve the new certificate", func() error {
+		for _, p := range operatorPods(t) {
+			served, err := servedLeaf(p.Status.PodIP)
+			if err != nil {
+				return err
+			}
+			if !served.Equal(leaf) {
+				return fmt.Errorf("pod %s serves %s", p.Name, served.SerialNumber)
+			}
+		}
+		return nil
+	})
+	counts := l.take()
+	t.Logf("rotate=ca: every replica serves a certificate of the new CA after %s: %s", time.Since(start).Round(time.Millisecond), counts)
+	if counts.failed > 0 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
+		t.Errorf("rotate=ca: %s", counts)
+	}
+}
+
+func installArgs(verb string, r release, more ...string) []string {
+	args := []string{verb, releaseName, r.chart, "--namespace", operatorNamespace, "--timeout", "3m",
+		"--set", "image.repository=" + r.repository() + ",image.tag=" + r.tag(),
+		// The apiserver presents the client certificate hack/control-plane.sh made.
+		"--set", "clientAuth=true", "--set-file", "clientCA=" + cp.WebhookClientCA()}
+	if verb == "install" {
+		args = append(args, "--create-namespace")
+	}
+	return append(args, more...)
+}
+
+func helm(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command(helmBin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// describeOperator logs the operator's pods and where the webhook
+// configuration sends the apiserver, and checks both.
+func describeOperator(t *testing.T, r release) {
+	t.Helper()
+	pods := operatorPods(t)
+	lines := make([]string, 0, len(pods))
+	for _, p := range pods {
+		lines = append(lines, fmt.Sprintf("%s %s ready=%v ip=%s", p.Name, p.Spec.Containers[0].Image, ready(p), p.Status.PodIP))
+		if p.Spec.Containers[0].Image != r.image {
+			t.Errorf("pod %s runs %s, want %s", p.Name, p.Spec.Containers[0].Image, r.image)
+		}
+	}
+	var m admissionv1.MutatingWebhookConfiguration
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: webhookconfig.DefaultName}, &m); err != nil {
+		t.Fatal(err)
+	}
+	svc := m.Webhooks[0].ClientConfig.Service
+	if svc == nil || svc.Namespace != operatorNamespace || svc.Name != "sidecar-operator" {
+		t.Errorf("the webhook is reached at %+v, want the Service", m.Webhooks[0].ClientConfig)
+	}
+	t.Logf("operator pods: %s; webhook at Service %s/%s:%d%s", strings.Join(lines, "; "), svc.Namespace, svc.Name, *svc.Port, *svc.Path)
+}
+
+func operatorPods(t *testing.T) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(operatorNamespace),
+		client.MatchingLabels{"app.kubernetes.io/name": "sidecar-operator"}); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+func ready(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil
+		}
+	}
+	return false
+}
+
+func leaseHolder(t *testing.T) string {
+	t.Helper()
+	var lease coordinationv1.Lease
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: leaseName}, &lease); err != nil {
+		t.Fatal(err)
+	}
+	if lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	// controller-runtime's identity is <hostname>_<uuid>; the hostname is the pod's name.
+	holder, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
+	return holder
+}
+
+func managedRoleBindings(t *testing.T) int {
+	t.Helper()
+	var rbs rbacv1.RoleBindingList
+	if err := k8s.List(context.Background(), &rbs, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy}); err != nil {
+		t.Fatal(err)
+	}
+	return len(rbs.Items)
+}
+
+func firstCert(t *testing.T, pemData []byte) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(pemData)
+	if block == nil {
+		t.Fatal("no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// servedLeaf is the certificate the webhook at ip serves; the handshake
+// stops there, so no client certificate is needed.
+func servedLeaf(ip string) (*x509.Certificate, error) {
+	conn, err := tls.Dial("tcp", ip+":9443", &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reads what is served
+	if err != nil {
+		var cert *x509.Certificate
+		if ce, ok := err.(*tls.CertificateVerificationError); ok && len(ce.UnverifiedCertificates) > 0 {
+			cert = ce.UnverifiedCertificates[0]
+		}
+		if cert != nil {
+			return cert, nil
+		}
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0], nil
+}
+
+func shipper() *v1alpha1.Sidecar {
+	return &v1alpha1.Sidecar{
+		ObjectMeta: metav1.ObjectMeta{Name: loopSidecar},
+		Spec: v1alpha1.SidecarSpec{
+			Selector:   &metav1.LabelSelector{MatchLabels: map[string]string{"day2": "loop"}},
+			Containers: []corev1.Container{{Name: "shipper", Image: "sidecar-operator.test/logshipper:dev"}},
+		},
+	}
+}
+
+func agent() *v1alpha1.Sidecar {
+	return &v1alpha1.Sidecar{
+		ObjectMeta: metav1.ObjectMeta{Name: agentSidecar},
+		Spec: v1alpha1.SidecarSpec{
+			Selector:   &metav1.LabelSelector{MatchLabels: map[string]string{"day2": "agent"}},
+			Containers: []corev1.Container{{Name: "agent", Image: "sidecar-operator.test/xxl-agent:dev"}},
+			RBAC: &v1alpha1.SidecarRBAC{Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+			}},
+		},
+	}
+}
+
+// createSidecar creates the Sidecar, or finds it kept from an earlier
+// install, retrying while the webhook that judges Sidecars does not answer.
+func createSidecar(t *testing.T, sc *v1alpha1.Sidecar) {
+	t.Helper()
+	eventually(t, 60*time.Second, "Sidecar "+sc.Name+" to be admitted", func() error {
+		err := k8s.Create(context.Background(), sc.DeepCopy())
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+func createAgentPod(t *testing.T, ns string) {
+	t.Helper()
+	pod := gatedPod(ns, "agent", map[string]string{"day2": "agent"})
+	eventually(t, 30*time.Second, "the agent's pod to be injected", func() error {
+		p := pod.DeepCopy()
+		if err := k8s.Create(context.Background(), p); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		if len(inject.InjectedSidecars(p.Annotations)) == 0 && p.ResourceVersion != "" {
+			_ = k8s.Delete(context.Background(), p)
+			return fmt.Errorf("created without the agent")
+		}
+		return nil
+	})
+}
+
+func waitGrant(t *testing.T, ns string) {
+	t.Helper()
+	eventually(t, 60*time.Second, "the agent's RoleBinding in "+ns, func() error {
+		return k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "sidecar-operator:" + agentSidecar}, &rbacv1.RoleBinding{})
+	})
+}
+
+// gatedPod never runs: a scheduling gate keeps it from the node, so that
+// the loop's thousands of pods cost the node nothing.
+func gatedPod(ns, name string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			SchedulingGates: []corev1.PodSchedulingGate{{Name: "sidecar-operator.test/never"}},
+			Containers:      []corev1.Container{{Name: "app", Image: appImage}},
+		},
+	}
+}
+
+func newNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "ServiceAccount "+ns.Name+"/default", func() error {
+		return k8s.Get(context.Background(), client.ObjectKey{Namespace: ns.Name, Name: "default"}, &corev1.ServiceAccount{})
+	})
+	return ns.Name
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s: %v", timeout, what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// tally counts the loop's pods over a moment.
+type tally struct {
+	created, failed, injected, missed, verified, unverified int
+	// failures and unverifiedWhy count each distinct error.
+	failures, unverifiedWhy map[string]int
+	firstInjected           time.Time
+}
+
+func (c tally) String() string {
+	s := fmt.Sprintf("%d created, %d failed, %d injected, %d missed, %d records verified, %d not",
+		c.created, c.failed, c.injected, c.missed, c.verified, c.unverified)
+	for _, m := range []map[string]int{c.failures, c.unverifiedWhy} {
+		for _, msg := range slices.Sorted(maps.Keys(m)) {
+			s += fmt.Sprintf("; %d× %q", m[msg], msg)
+		}
+	}
+	return s
+}
+
+// podLoop creates a pod every 100 ms in its namespace, checks it and
+// deletes it.
+type podLoop struct {
+	ns   string
+	mu   sync.Mutex
+	now  tally
+	seq  int
+	keys *signing.Ring
+}
+
+func startLoop(t *testing.T, ns string) *podLoop {
+	l := &podLoop{ns: ns}
+	l.reset()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				l.once(ctx)
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return l
+}
+
+func (l *podLoop) once(ctx context.Context) {
+	l.mu.Lock()
+	l.seq++
+	pod := gatedPod(l.ns, fmt.Sprintf("p-%d", l.seq), map[string]string{"day2": "loop"})
+	l.mu.Unlock()
+	createCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	err := k8s.Create(createCtx, pod)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	verified, why := false, ""
+	injected := err == nil && slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == "shipper" })
+	if injected {
+		why = l.verify(ctx, pod)
+		verified = why == ""
+	}
+	if err == nil {
+		_ = k8s.Delete(ctx, pod, client.GracePeriodSeconds(0))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := &l.now
+	switch {
+	case err != nil:
+		c.failed++
+		msg := err.Error()
+		if len(msg) > 160 {
+			msg = msg[:160] + "…"
+		}
+		c.failures[msg]++
+	case !injected:
+		c.created++
+		c.missed++
+	default:
+		c.created++
+		c.injected++
+		if c.firstInjected.IsZero() {
+			c.firstInjected = time.Now()
+		}
+		if verified {
+			c.verified++
+		} else {
+			c.unverified++
+			c.unverifiedWhy[why]++
+		}
+	}
+}
+
+// verify checks the pod's record with the Sidecar as stored and the
+// signing keys; keys are read again once if they fail, since an install may
+// have made them.
+func (l *podLoop) verify(ctx context.Context, pod *corev1.Pod) string {
+	var sc v1alpha1.Sidecar
+	if err := k8s.Get(ctx, client.ObjectKey{Name: loopSidecar}, &sc); err != nil {
+		return err.Error()
+	}
+	engine, err := inject.New([]v1alpha1.Sidecar{sc})
+	if err != nil {
+		return err.Error()
+	}
+	var rec *v1alpha1.InjectionRecord
+	for _, r := range inject.InjectedSidecars(pod.Annotations) {
+		if r.Name == loopSidecar {
+			rec = &r
+		}
+	}
+	if rec == nil {
+		return "no record"
+	}
+	for attempt := range 2 {
+		l.mu.Lock()
+		keys := l.keys
+		l.mu.Unlock()
+		if keys == nil || attempt > 0 {
+			var secret corev1.Secret
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: signingkey.DefaultSecret}, &secret); err != nil {
+				return err.Error()
+			}
+			if keys, err = signing.ParseRing(secret.Data, 0); err != nil {
+				return err.Error()
+			}
+			l.mu.Lock()
+			l.keys = keys
+			l.mu.Unlock()
+		}
+		if err = engine.Verify(keys, pod, rec); err == nil {
+			return ""
+		}
+	}
+	return err.Error()
+}
+
+// reset starts a new moment's counts.
+func (l *podLoop) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.now = tally{failures: map[string]int{}, unverifiedWhy: map[string]int{}}
+}
+
+// take returns the moment's counts.
+func (l *podLoop) take() tally {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.now
+}
+
+// waitInjected waits for the moment's first injected pod and says when it
+// was created.
+func (l *podLoop) waitInjected(t *testing.T, timeout time.Duration) time.Time {
+	t.Helper()
+	var at time.Time
+	eventually(t, timeout, "an injected pod", func() error {
+		if at = l.take().firstInjected; at.IsZero() {
+			return fmt.Errorf("none yet: %s", l.take())
+		}
+		return nil
+	})
+	return at
+}
+
+// waitCreated waits until the moment has n pods created.
+func (l *podLoop) waitCreated(t *testing.T, n int) {
+	t.Helper()
+	eventually(t, 30*time.Second, fmt.Sprintf("%d pods created", n), func() error {
+		if c := l.take(); c.created+c.failed < n {
+			return fmt.Errorf("%s", c)
+		}
+		return nil
+	})
+}
