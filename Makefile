@@ -12,6 +12,9 @@ ASSETS = $(CURDIR)/bin/k8s/$(KUBE_VERSION)-$(ETCD_VERSION)
 # operator's.
 CONTROLLER_GEN = $$(hack/tool.sh controller-gen)
 GOLANGCI_LINT = $$(hack/tool.sh golangci-lint)
+# crd-ref-docs writes docs/api.md from api/v1alpha1; pinned in
+# hack/crd-ref-docs/go.mod (its controller-tools is not the operator's).
+CRD_REF_DOCS = $$(hack/tool.sh crd-ref-docs)
 # Pinned in go.mod beside the Helm SDK the integration suite installs the
 # chart with, so that both are one version.
 HELM = $$(hack/tool.sh helm)
@@ -28,17 +31,19 @@ build: ## Build bin/sidecar-operator.
 	go build -o bin/sidecar-operator ./cmd/sidecar-operator
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, the CRD, the operator's ClusterRole, the webhook configurations and the Helm chart.
+generate: ## Regenerate deepcopy code, the CRD, the operator's ClusterRole, the webhook configurations, the Helm chart and docs/api.md.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd:maxDescLen=0 paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=sidecar-operator paths=./internal/... output:rbac:artifacts:config=config/rbac
 	go run ./hack/gen-webhook
 	go run ./hack/gen-chart
+	$(CRD_REF_DOCS) --log-level ERROR --config hack/crd-ref-docs/config.yaml --source-path api/v1alpha1 \
+		--renderer markdown --output-path docs/api.md
 
 .PHONY: verify-generated
 verify-generated: generate ## Fail if generated files differ from the committed ones.
-	@changed=$$(git status --porcelain -- api config $(CHART)); \
-	if [ -n "$$changed" ]; then echo "generated files are stale; run make generate and commit:"; echo "$$changed"; git diff --stat -- api config $(CHART); exit 1; fi
+	@changed=$$(git status --porcelain -- api config $(CHART) docs/api.md); \
+	if [ -n "$$changed" ]; then echo "generated files are stale; run make generate and commit:"; echo "$$changed"; git diff --stat -- api config $(CHART) docs/api.md; exit 1; fi
 
 # NODE=1 (given to make or in the environment) asks for a kubelet node too;
 # API_PORT and ETCD_PORT move the control plane off 6443 and 2379.
@@ -123,4 +128,4 @@ demo: control-plane ## Start a control plane, run the operator, apply the exampl
 
 .PHONY: help
 help:
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "%-20s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "%-20s %s\n", $$1, $$2}'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/tool.sh controller-gen|golangci-lint|promtool|helm: installs the pinned Go
+# hack/tool.sh controller-gen|golangci-lint|promtool|helm|crd-ref-docs: installs the pinned Go
 # tool into bin/tools/ and prints its path. go install leaves an up-to-date
 # binary alone; when it makes a new one (the first run, a changed pin), one
 # line on stderr says which tool, at which version, and how long it took.
@@ -9,14 +9,18 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=hack/lib.sh
 . "$root/hack/lib.sh"
 
-# Each tool's module, and the directory of the go.mod that pins it.
+# Each tool's module, the directory of the go.mod that pins it, and its main
+# package (the module's cmd/<tool> unless said otherwise).
+pkg=
 case ${1:-} in
   controller-gen) module=sigs.k8s.io/controller-tools dir=$root ;;
   golangci-lint) module=github.com/golangci/golangci-lint/v2 dir=$root/hack/tools ;;
   promtool) module=github.com/prometheus/prometheus dir=$root/hack/monitoring ;;
   helm) module=helm.sh/helm/v4 dir=$root ;;
-  *) echo "usage: $0 controller-gen|golangci-lint|promtool|helm" >&2; exit 2 ;;
+  crd-ref-docs) module=github.com/elastic/crd-ref-docs dir=$root/hack/crd-ref-docs pkg=$module ;;
+  *) echo "usage: $0 controller-gen|golangci-lint|promtool|helm|crd-ref-docs" >&2; exit 2 ;;
 esac
+pkg=${pkg:-$module/cmd/$1}
 export GOBIN=$root/bin/tools
 bin=$GOBIN/$1
 cd "$dir"
@@ -26,7 +30,7 @@ before=$(cksum "$bin" 2>/dev/null || true)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$SECONDS
-quietly "$log" go install "$module/cmd/$1"
+quietly "$log" go install "$pkg"
 if [ "$(cksum "$bin")" != "$before" ]; then
   took=$(since "$start")
   echo "built $1 ($module $(go list -m -f '{{.Version}}' "$module")) in $took" >&2

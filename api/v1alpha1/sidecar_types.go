@@ -26,8 +26,8 @@ const (
 	// IntegrityTolerant (the default) verifies everything the webhook set,
 	// and tolerates what other admission actors add without shadowing it: env
 	// it did not set, mounts beside its own, a digest pin of its image,
-	// hardening securityContext fields it left unset. The README's Security
-	// model lists each field.
+	// hardening securityContext fields it left unset. docs/security.md
+	// (Security model) lists each field.
 	IntegrityTolerant Integrity = "Tolerant"
 	// IntegrityExact verifies the injected containers byte for byte: any
 	// other webhook's edit leaves the pod unverified, without the grants.

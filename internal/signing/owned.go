@@ -18,7 +18,7 @@ import (
 
 // What the webhook set in an injected container, so that verification can
 // hold the container to it while other admission actors add beside it
-// (record field owned). See the README's Security model for each field.
+// (record field owned). See docs/security.md (Security model) for each field.
 
 // Rendering is what a record says of the containers a Sidecar injected.
 type Rendering struct {

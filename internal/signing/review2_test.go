@@ -2,7 +2,7 @@ package signing
 
 // Second review (branch review2): attacks a tenant who creates pods (with a
 // copied record, or through a namespaced policy of its own) can make on what
-// verification tolerates. A test that FAILS shows a hole in the README's
+// verification tolerates. A test that FAILS shows a hole in docs/security.md's
 // promises; a blocked attack passes and logs why.
 
 import (
@@ -29,7 +29,7 @@ func TestReview2AppContainerWritesTheSidecarsWorkDir(t *testing.T) {
 	if err := r.Verify(pod, "uid", false, rec); err == nil {
 		t.Errorf("HOLE: the tenant's regular container \"app\" mounts the sidecar's unshared work emptyDir (filled by agent-init) " +
 			"and runs before \"agent\", which holds a Secret; the record verifies, so the pod gets the grant while the tenant writes " +
-			"what the agent reads (README: \"none of the pod's [init containers] may mount a volume the sidecar mounts\" " +
+			"what the agent reads (docs/security.md: \"none of the pod's [init containers] may mount a volume the sidecar mounts\" " +
 			"is kept for init containers only; regular ones are never asked)")
 	} else {
 		t.Logf("blocked: %v", err)

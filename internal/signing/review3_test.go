@@ -2,7 +2,7 @@ package signing
 
 // Third review (branch review3): attacks of a tenant who creates pods in
 // one namespace (and may steer a namespaced policy there). A test that
-// FAILS shows a hole in the README's promises; a blocked attack passes and
+// FAILS shows a hole in docs/security.md's promises; a blocked attack passes and
 // logs why.
 
 import (

@@ -2,7 +2,7 @@ package signing
 
 // Review attacks (branch review): a tenant who can create pods copies a
 // valid record into a pod of its own and edits what verification
-// tolerates. A test that FAILS shows a hole in the README's promises.
+// tolerates. A test that FAILS shows a hole in docs/security.md's promises.
 
 import (
 	"errors"

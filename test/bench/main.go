@@ -210,7 +210,7 @@ func runHTTP(args []string) error {
 		}
 	}
 	// The realistic pod, measured last, gives the run's ratios; inject/null
-	// stays the last line, which the Makefile and README point at.
+	// stays the last line, which the Makefile and docs/performance.md point at.
 	fmt.Printf("standard/null throughput ratio: %.2f\n", means["standard"]/means["null"])
 	fmt.Printf("inject/standard throughput ratio: %.2f\n", means["inject"]/means["standard"])
 	fmt.Printf("inject/null throughput ratio: %.2f\n", means["inject"]/means["null"])

@@ -3,7 +3,7 @@ package integration
 // Review attacks (branch review), as the tenant: pod create rights in one
 // namespace, impersonated. A test that FAILS shows a hole: the tenant keeps
 // a grant while running what it chose beside a credential confined to the
-// sidecar, which the README's Security model says cannot happen.
+// sidecar, which docs/security.md (Security model) says cannot happen.
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 package integration
 
-// Independent security review: attacks on the "Security model" of the README.
+// Independent security review: attacks on the "Security model" of docs/security.md.
 // Each test asserts the SECURE outcome, so it fails while the weakness exists.
 
 import (
@@ -27,7 +27,7 @@ import (
 )
 
 // reviewTeam is a namespace label only administrators set, which a granting
-// Sidecar's namespaceSelector scopes it to, as the README recommends.
+// Sidecar's namespaceSelector scopes it to, as docs/security.md recommends.
 func reviewTeam(sc *v1alpha1.Sidecar) map[string]string {
 	return map[string]string{"review.sidecar-operator.io/team": sc.Name}
 }
@@ -219,8 +219,8 @@ func TestReviewSquattedSidecarNameHarvestsRecords(t *testing.T) {
 }
 
 // Finding 3: the signing key lives beside the pull secret sources. Whoever
-// may read all Secrets of the operator's namespace can forge records (the
-// README says so, and has authors granted get on their sources by name);
+// may read all Secrets of the operator's namespace can forge records (docs/security.md
+// says so, and has authors granted get on their sources by name);
 // what the operator controls is that its own Secrets are never copied out.
 // The webhook no longer reads sources (its answer would tell anyone whether
 // a Secret exists, and its type): the controller tells the Sidecar why.
@@ -338,7 +338,7 @@ func TestReviewAuthorInjectsIntoNamespacesTheyCannotUse(t *testing.T) {
 		authorUser, victim, attackerImage, victim, pod.Name, strings.Join(names, ", "))
 }
 
-// The README: "Deleting an old key from the Secret revokes the grants of the
+// docs/security.md: "Deleting an old key from the Secret revokes the grants of the
 // pods it signed", at once, not when something else touches the Sidecar;
 // and however the key is taken away, even when the operator cannot write a
 // new one, the old one is never kept.
