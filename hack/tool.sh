@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/tool.sh controller-gen|golangci-lint|promtool|helm: installs the pinned Go
+# hack/tool.sh controller-gen|golangci-lint|promtool|helm|cyclonedx-gomod: installs the pinned Go
 # tool into bin/tools/ and prints its path. go install leaves an up-to-date
 # binary alone; when it makes a new one (the first run, a changed pin), one
 # line on stderr says which tool, at which version, and how long it took.
@@ -15,7 +15,8 @@ case ${1:-} in
   golangci-lint) module=github.com/golangci/golangci-lint/v2 dir=$root/hack/tools ;;
   promtool) module=github.com/prometheus/prometheus dir=$root/hack/monitoring ;;
   helm) module=helm.sh/helm/v4 dir=$root ;;
-  *) echo "usage: $0 controller-gen|golangci-lint|promtool|helm" >&2; exit 2 ;;
+  cyclonedx-gomod) module=github.com/CycloneDX/cyclonedx-gomod dir=$root/hack/sbom ;;
+  *) echo "usage: $0 controller-gen|golangci-lint|promtool|helm|cyclonedx-gomod" >&2; exit 2 ;;
 esac
 export GOBIN=$root/bin/tools
 bin=$GOBIN/$1
