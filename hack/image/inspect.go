@@ -190,7 +190,7 @@ func inspect(w io.Writer, file string) error {
 }
 
 func labelList(labels map[string]string) string {
-	var kv []string
+	kv := make([]string, 0, len(labels))
 	for k, v := range labels {
 		kv = append(kv, k+"="+v)
 	}

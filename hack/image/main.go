@@ -46,7 +46,7 @@ const (
 	binName    = "sidecar-operator"
 	pkg        = "./cmd/sidecar-operator"
 	source     = "https://github.com/sidecar-operator/sidecar-operator"
-	// user is distroless' nonroot, which the Dockerfile this replaces ran as.
+	// user is distroless' nonroot, which the Dockerfile this replaced ran as.
 	user = "65532:65532"
 
 	// The annotations containerd names an imported image by: its own, the
@@ -158,9 +158,9 @@ func build(o options) (v1.Hash, error) {
 		return v1.Hash{}, err
 	}
 	if o.sbom != "" {
-		// The platforms' binaries are built from one module graph; the first
-		// one's module list stands for all.
-		if err := sbom(o.sbom, bins[0], filepath.Join(o.out, binName+".cdx.json"), epoch); err != nil {
+		// The platforms' binaries are built from one module graph: the
+		// first one's module list stands for all (its purls name its platform).
+		if err := sbom(o.sbom, bins[0], filepath.Join(o.out, binName+".cdx.json")); err != nil {
 			return v1.Hash{}, fmt.Errorf("sbom: %w", err)
 		}
 	}
@@ -320,17 +320,21 @@ func tarDir(dir, file string, epoch time.Time) (err error) {
 	if err != nil {
 		return err
 	}
-	if err = errors.Join(w.Close(), f.Close()); err != nil {
+	if err = errors.Join(w.Close(), f.Chmod(0o644), f.Close()); err != nil {
 		return err
 	}
 	return os.Rename(f.Name(), file)
 }
 
 // sbom writes a CycloneDX SBOM of the modules built into bin, read from its
-// build info. Serial numbers are random, so there is none.
-func sbom(tool, bin, file string, epoch time.Time) error {
-	cmd := exec.Command(tool, "bin", "-json", "-noserial", "-output", file, bin)
-	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(epoch.Unix(), 10))
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	return cmd.Run()
+// build info; its purls name bin's platform. It has no serial number (a
+// random one) and no timestamp, so that the same binary gives the same file.
+// The tool's output, a warning that bin has no VCS stamp, shows only if it
+// fails.
+func sbom(tool, bin, file string) error {
+	out, err := exec.Command(tool, "bin", "-json", "-noserial", "-notimestamp", "-output", file, bin).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, out)
+	}
+	return nil
 }
