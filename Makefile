@@ -7,14 +7,15 @@ ETCD_VERSION ?= 3.6.8
 ASSETS = $(CURDIR)/bin/k8s/$(KUBE_VERSION)-$(ETCD_VERSION)
 # Pinned Go tools, installed into bin/tools by hack/tool.sh, which says when
 # it builds one (the first run: minutes for golangci-lint and promtool).
-# golangci-lint (hack/tools/go.mod) and promtool (hack/monitoring/go.mod) are
-# pinned in modules of their own, so that their dependencies don't move the
-# operator's.
+# golangci-lint (hack/tools/go.mod), promtool (hack/monitoring/go.mod) and
+# cyclonedx-gomod (hack/sbom/go.mod) are pinned in modules of their own, so
+# that their dependencies don't move the operator's.
 CONTROLLER_GEN = $$(hack/tool.sh controller-gen)
 GOLANGCI_LINT = $$(hack/tool.sh golangci-lint)
 # crd-ref-docs writes docs/api.md from api/v1alpha1; pinned in
 # hack/crd-ref-docs/go.mod (its controller-tools is not the operator's).
 CRD_REF_DOCS = $$(hack/tool.sh crd-ref-docs)
+CYCLONEDX_GOMOD = $$(hack/tool.sh cyclonedx-gomod)
 # Pinned in go.mod beside the Helm SDK the integration suite installs the
 # chart with, so that both are one version.
 HELM = $$(hack/tool.sh helm)
@@ -29,6 +30,11 @@ export KUBE_VERSION ETCD_VERSION
 .PHONY: build
 build: ## Build bin/sidecar-operator.
 	go build -o bin/sidecar-operator ./cmd/sidecar-operator
+
+# The index digest is the last line printed, and bin/image/sidecar-operator.digest.
+.PHONY: image
+image: ## Build the operator's image without Docker (hack/image): linux/amd64 and linux/arm64 in one OCI archive, bin/image/sidecar-operator.tar, and its SBOM.
+	go run ./hack/image -o bin/image -platforms linux/amd64,linux/arm64 -sbom $(CYCLONEDX_GOMOD)
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code, the CRD, the operator's ClusterRole, the webhook configurations, the Helm chart and docs/api.md.

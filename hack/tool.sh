@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/tool.sh controller-gen|golangci-lint|promtool|helm|crd-ref-docs: installs the pinned Go
+# hack/tool.sh controller-gen|golangci-lint|promtool|helm|crd-ref-docs|cyclonedx-gomod: installs the pinned Go
 # tool into bin/tools/ and prints its path. go install leaves an up-to-date
 # binary alone; when it makes a new one (the first run, a changed pin), one
 # line on stderr says which tool, at which version, and how long it took.
@@ -18,7 +18,8 @@ case ${1:-} in
   promtool) module=github.com/prometheus/prometheus dir=$root/hack/monitoring ;;
   helm) module=helm.sh/helm/v4 dir=$root ;;
   crd-ref-docs) module=github.com/elastic/crd-ref-docs dir=$root/hack/crd-ref-docs pkg=$module ;;
-  *) echo "usage: $0 controller-gen|golangci-lint|promtool|helm|crd-ref-docs" >&2; exit 2 ;;
+  cyclonedx-gomod) module=github.com/CycloneDX/cyclonedx-gomod dir=$root/hack/sbom ;;
+  *) echo "usage: $0 controller-gen|golangci-lint|promtool|helm|crd-ref-docs|cyclonedx-gomod" >&2; exit 2 ;;
 esac
 pkg=${pkg:-$module/cmd/$1}
 export GOBIN=$root/bin/tools
