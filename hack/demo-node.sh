@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # NODE=1 make demo: the demo with a kubelet node (hack/node.sh), so that the
-# injected pods run. It shows the node Ready, the examples' pod Running with
+# injected pods run, and the operator installed as users install it: its own
+# image (hack/image) imported into the node's containerd, its chart installed
+# with helm, two replicas that the apiserver reaches through their Service.
+# It shows the operator's pods, the node Ready, the examples' pod Running with
 # every container ready, the fluentd stand-in shipping the app's lines, the
 # xxl-job agent's exec allowed by the RoleBinding the operator made and
 # refused in another namespace, and a native sidecar started before its app.
 # One progress line per step, with its duration.
 #   API_PORT, ETCD_PORT: the control plane's ports (6443, 2379)
-#   WEBHOOK_PORT, METRICS_PORT, PROBE_PORT: the operator's (9443, 8443, 8081)
 #   DEMO_KEEP=1 leaves everything running.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export KUBECONFIG="$root/.local/kubeconfig" NODE=1
 API_PORT=${API_PORT:-6443}
-WEBHOOK_PORT=${WEBHOOK_PORT:-9443}
-METRICS_PORT=${METRICS_PORT:-8443}
-PROBE_PORT=${PROBE_PORT:-8081}
 export API_PORT
+operator_ns=sidecar-operator-system
+image=sidecar-operator.test/sidecar-operator:dev
 ns=demo
 other=demo-other
 log=.local/demo-node.log # the verbose output of the steps
@@ -39,18 +40,18 @@ cleanup() {
   local rc=$?
   [ $rc = 0 ] || { echo; echo "demo failed; the steps' output: $log; the last lines:" >&2; tail -20 "$log" >&2; }
   if [ "${DEMO_KEEP:-}" = 1 ]; then
-    echo "DEMO_KEEP=1: left running. KUBECONFIG=$KUBECONFIG; stop with: API_PORT=$API_PORT ETCD_PORT=${ETCD_PORT:-2379} make control-plane-down; kill \$(cat .local/operator.pid)"
+    echo "DEMO_KEEP=1: left running. KUBECONFIG=$KUBECONFIG; stop with: \$(hack/tool.sh helm) uninstall sidecar-operator -n $operator_ns; API_PORT=$API_PORT ETCD_PORT=${ETCD_PORT:-2379} make control-plane-down"
     return
   fi
-  step "teardown: node (pods, containerd, cni0), control plane, operator"
+  step "teardown: helm uninstall, node (pods, containerd, cni0), control plane"
   # Else the ReplicaSet recreates the pods that the node's teardown deletes.
   if api "/apis/apps/v1/namespaces/$ns/deployments/orders?propagationPolicy=Background" -X DELETE >/dev/null 2>&1; then
     wait_for 20 "the ReplicaSets to go" no_replicasets || true
   fi
-  # The operator goes last: its webhook, failurePolicy Fail, must answer
-  # while the node's pods are deleted.
+  # Helm deletes the webhook configurations first: the node's pods are then
+  # deleted with no webhook to ask.
+  "$helm" uninstall sidecar-operator --namespace "$operator_ns" --wait >> "$log" 2>&1 || true
   hack/control-plane.sh down >> "$log" 2>&1
-  [ -f .local/operator.pid ] && kill "$(cat .local/operator.pid)" 2>/dev/null && rm -f .local/operator.pid
   done_step
   echo "demo done in $(($(date +%s) - total_start))s"
 }
@@ -58,9 +59,10 @@ cleanup() {
 mkdir -p .local
 : > "$log"
 
-step "build the operator and bin/demo"
-go build -o bin/sidecar-operator ./cmd/sidecar-operator
+step "build the operator's image (hack/image) and bin/demo"
+go run ./hack/image -o bin/image -platforms "linux/$(go env GOARCH)" >> "$log"
 go build -o bin/demo ./hack/demo
+helm=$(hack/tool.sh helm)
 done_step
 
 # The first run builds kubelet and friends, installs containerd and the CNI
@@ -72,18 +74,22 @@ done_step
 node=$(hostname | tr '[:upper:]' '[:lower:]')
 api "/api/v1/nodes/$node" | jq -r '"   node \(.metadata.name): Ready=\(.status.conditions[] | select(.type == "Ready") | .status), kubelet \(.status.nodeInfo.kubeletVersion), \(.status.nodeInfo.containerRuntimeVersion)"'
 
-step "install the CRD"
-bin/demo -step crds >> "$log"
+step "import the image into the node's containerd"
+ctr --address /run/containerd/containerd.sock -n k8s.io images import --all-platforms bin/image/sidecar-operator.tar >> "$log"
 done_step
 
-step "run the operator (webhook 127.0.0.1:$WEBHOOK_PORT)"
-bin/sidecar-operator run --kubeconfig .local/kubeconfig --webhook-addr "127.0.0.1:$WEBHOOK_PORT" \
-  --metrics-bind-address "127.0.0.1:$METRICS_PORT" --health-probe-bind-address "127.0.0.1:$PROBE_PORT" \
-  --client-ca-file .local/pki/webhook-client-ca.crt > .local/operator.log 2>&1 &
-echo $! > .local/operator.pid
-ready() { kill -0 "$(cat .local/operator.pid)" && curl -sf "http://127.0.0.1:$PROBE_PORT/readyz"; }
-wait_for 30 "the operator" ready || { cat .local/operator.log >&2; exit 1; }
+# The apiserver presents the client certificate hack/control-plane.sh made
+# for it to every webhook (clientAuth); it reaches the Service's ready
+# endpoints (--enable-aggregator-routing).
+step "helm install charts/sidecar-operator (2 replicas)"
+"$helm" install sidecar-operator charts/sidecar-operator --namespace "$operator_ns" --create-namespace \
+  --set image.repository="${image%:*}",image.tag="${image##*:}" \
+  --set clientAuth=true --set-file clientCA=.local/pki/webhook-client-ca.crt --wait --timeout 3m >> "$log"
 done_step
+api "/api/v1/namespaces/$operator_ns/pods" | jq -r '.items[] | "   pod \(.metadata.namespace)/\(.metadata.name): \(.status.phase), ready \([.status.containerStatuses[] | select(.ready)] | length)/\(.status.containerStatuses | length), image \(.spec.containers[0].image), IP \(.status.podIP)"'
+api "/apis/coordination.k8s.io/v1/namespaces/$operator_ns/leases/sidecar-operator-leader" | jq -r '"   leader: \(.spec.holderIdentity | split("_")[0])"'
+api /apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sidecar-operator | jq -r '.webhooks[] | "   webhook \(.name): Service \(.clientConfig.service.namespace)/\(.clientConfig.service.name):\(.clientConfig.service.port)\(.clientConfig.service.path), caBundle \(.clientConfig.caBundle | length) bytes, failurePolicy \(.failurePolicy)"'
+api "/apis/discovery.k8s.io/v1/namespaces/$operator_ns/endpointslices?labelSelector=kubernetes.io/service-name=sidecar-operator" | jq -r '"   its endpoints: \([.items[].endpoints[] | "\(.addresses[0]) ready=\(.conditions.ready)"] | join(", "))"'
 
 # bin/demo waits until the webhook injects both examples, creates the pod
 # and waits for the RoleBinding the operator makes for the xxl-agent.
