@@ -18,6 +18,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -178,6 +179,8 @@ func testLeaderKilled(t *testing.T, l *podLoop) {
 	}
 	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
 	l.reset()
+	unready := make(chan time.Duration, 1)
+	go func() { unready <- untilUnready(pod.Status.PodIP) }()
 	killed := time.Now()
 	if out, err := exec.Command("ctr", "--address", containerd, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).CombinedOutput(); err != nil {
 		t.Fatalf("ctr tasks kill: %v: %s", err, out)
@@ -221,7 +224,7 @@ func testLeaderKilled(t *testing.T, l *podLoop) {
 	counts := l.take()
 	t.Logf("SIGKILL of the leader %s: the lease moved to %s after %s (bound 19s); both replicas ready again, grants and status converged %s after the kill",
 		leader, newLeader, moved.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
-	t.Logf("SIGKILL of the leader: %s", counts)
+	t.Logf("SIGKILL of the leader: %s; the killed replica's endpoint was ready for %s after the kill", counts, (<-unready).Round(time.Millisecond))
 	if moved > 19*time.Second {
 		t.Errorf("leadership moved after %s, over leaseDuration + 2 × retryPeriod", moved)
 	}
@@ -276,6 +279,32 @@ func testRotateCA(t *testing.T, l *podLoop) {
 	if counts.failed > 0 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
 		t.Errorf("rotate=ca: %s", counts)
 	}
+}
+
+// untilUnready is how long the Service's EndpointSlices still offer ip as
+// ready, from now: the apiserver sends reviews to it until then.
+func untilUnready(ip string) time.Duration {
+	start := time.Now()
+	for time.Since(start) < time.Minute {
+		var list discoveryv1.EndpointSliceList
+		if err := k8s.List(context.Background(), &list, client.InNamespace(operatorNamespace),
+			client.MatchingLabels{discoveryv1.LabelServiceName: "sidecar-operator"}); err == nil && !readyIn(list.Items, ip) {
+			return time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Minute
+}
+
+func readyIn(items []discoveryv1.EndpointSlice, ip string) bool {
+	for _, s := range items {
+		for _, e := range s.Endpoints {
+			if slices.Contains(e.Addresses, ip) && (e.Conditions.Ready == nil || *e.Conditions.Ready) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func installArgs(verb string, r release, more ...string) []string {
@@ -511,20 +540,24 @@ func (c tally) String() string {
 	return s
 }
 
-// podLoop creates a pod every 100 ms in its namespace, checks it and
-// deletes it.
+// podLoop creates a pod every 100 ms in its namespace, each in a goroutine
+// of its own so that a slow create delays no other, checks it and deletes
+// it.
 type podLoop struct {
 	ns   string
 	mu   sync.Mutex
 	now  tally
 	seq  int
 	keys *signing.Ring
+	// engine compiles the loop's Sidecar as last read.
+	engine *inject.Engine
 }
 
 func startLoop(t *testing.T, ns string) *podLoop {
 	l := &podLoop{ns: ns}
 	l.reset()
 	ctx, cancel := context.WithCancel(context.Background())
+	var pods sync.WaitGroup
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -533,9 +566,14 @@ func startLoop(t *testing.T, ns string) *podLoop {
 		for {
 			select {
 			case <-ctx.Done():
+				pods.Wait()
 				return
 			case <-tick.C:
-				l.once(ctx)
+				l.mu.Lock()
+				l.seq++
+				pod := gatedPod(l.ns, fmt.Sprintf("p-%d", l.seq), map[string]string{"day2": "loop"})
+				l.mu.Unlock()
+				pods.Go(func() { l.once(ctx, pod) })
 			}
 		}
 	}()
@@ -543,11 +581,7 @@ func startLoop(t *testing.T, ns string) *podLoop {
 	return l
 }
 
-func (l *podLoop) once(ctx context.Context) {
-	l.mu.Lock()
-	l.seq++
-	pod := gatedPod(l.ns, fmt.Sprintf("p-%d", l.seq), map[string]string{"day2": "loop"})
-	l.mu.Unlock()
+func (l *podLoop) once(ctx context.Context, pod *corev1.Pod) {
 	createCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	err := k8s.Create(createCtx, pod)
 	cancel()
@@ -569,11 +603,7 @@ func (l *podLoop) once(ctx context.Context) {
 	switch {
 	case err != nil:
 		c.failed++
-		msg := err.Error()
-		if len(msg) > 160 {
-			msg = msg[:160] + "…"
-		}
-		c.failures[msg]++
+		c.failures[shorten(err.Error())]++
 	case !injected:
 		c.created++
 		c.missed++
@@ -587,23 +617,24 @@ func (l *podLoop) once(ctx context.Context) {
 			c.verified++
 		} else {
 			c.unverified++
-			c.unverifiedWhy[why]++
+			c.unverifiedWhy[shorten(why)]++
 		}
 	}
 }
 
-// verify checks the pod's record with the Sidecar as stored and the
-// signing keys; keys are read again once if they fail, since an install may
-// have made them.
+// shorten keeps an error's start, which names the webhook, and its end,
+// which says why the call failed.
+func shorten(msg string) string {
+	if len(msg) <= 240 {
+		return msg
+	}
+	return msg[:100] + " … " + msg[len(msg)-140:]
+}
+
+// verify checks the pod's record with the Sidecar and the signing keys as
+// last read; both are read again once if it fails, since an install may
+// have made new keys.
 func (l *podLoop) verify(ctx context.Context, pod *corev1.Pod) string {
-	var sc v1alpha1.Sidecar
-	if err := k8s.Get(ctx, client.ObjectKey{Name: loopSidecar}, &sc); err != nil {
-		return err.Error()
-	}
-	engine, err := inject.New([]v1alpha1.Sidecar{sc})
-	if err != nil {
-		return err.Error()
-	}
 	var rec *v1alpha1.InjectionRecord
 	for _, r := range inject.InjectedSidecars(pod.Annotations) {
 		if r.Name == loopSidecar {
@@ -613,20 +644,17 @@ func (l *podLoop) verify(ctx context.Context, pod *corev1.Pod) string {
 	if rec == nil {
 		return "no record"
 	}
+	var err error
 	for attempt := range 2 {
 		l.mu.Lock()
-		keys := l.keys
+		keys, engine := l.keys, l.engine
 		l.mu.Unlock()
 		if keys == nil || attempt > 0 {
-			var secret corev1.Secret
-			if err := k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: signingkey.DefaultSecret}, &secret); err != nil {
-				return err.Error()
-			}
-			if keys, err = signing.ParseRing(secret.Data, 0); err != nil {
+			if keys, engine, err = readVerifier(ctx); err != nil {
 				return err.Error()
 			}
 			l.mu.Lock()
-			l.keys = keys
+			l.keys, l.engine = keys, engine
 			l.mu.Unlock()
 		}
 		if err = engine.Verify(keys, pod, rec); err == nil {
@@ -634,6 +662,24 @@ func (l *podLoop) verify(ctx context.Context, pod *corev1.Pod) string {
 		}
 	}
 	return err.Error()
+}
+
+// readVerifier reads the signing keys and the loop's Sidecar.
+func readVerifier(ctx context.Context) (*signing.Ring, *inject.Engine, error) {
+	var secret corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: signingkey.DefaultSecret}, &secret); err != nil {
+		return nil, nil, err
+	}
+	keys, err := signing.ParseRing(secret.Data, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var sc v1alpha1.Sidecar
+	if err := k8s.Get(ctx, client.ObjectKey{Name: loopSidecar}, &sc); err != nil {
+		return nil, nil, err
+	}
+	engine, err := inject.New([]v1alpha1.Sidecar{sc})
+	return keys, engine, err
 }
 
 // reset starts a new moment's counts.
