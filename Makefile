@@ -85,11 +85,14 @@ test-chart: ## helm lint --strict and helm template of the chart, with the defau
 			{ echo "$$out"; exit 1; }; \
 	done; echo "chart: helm lint and helm template pass, default and changed values"
 
-# test/node brings up a kubelet node (hack/node.sh, as root): its kubelet and
-# kube-scheduler are built here, outside go test's timeout.
+# test/node and test/install bring up a kubelet node (hack/node.sh, as root),
+# one at a time: its kubelet and kube-scheduler, and the images and charts
+# test/install installs (hack/release-images.sh), are built here, outside go
+# test's timeout.
 .PHONY: test
-test: lint verify-generated control-plane test-monitoring test-chart ## Everything: lint, generated files, monitoring, the chart, unit and integration tests with -race (test/node on a real node), brief fuzzing.
+test: lint verify-generated control-plane test-monitoring test-chart ## Everything: lint, generated files, monitoring, the chart, unit and integration tests with -race (test/node and test/install on a real node), brief fuzzing.
 	@NODE=1 hack/build-control-plane.sh >/dev/null
+	@hack/release-images.sh >/dev/null
 	KUBEBUILDER_ASSETS=$(ASSETS) KYVERNO=$$(hack/build-kyverno.sh) CHROMIUM=$$(hack/ensure-chromium.sh) go test -race -count=1 ./...
 	$(MAKE) --no-print-directory test-fuzz
 

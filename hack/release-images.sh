@@ -6,7 +6,8 @@
 #   previous: the image and chart of $PREVIOUS, the commit before issue 26's
 #             first change, built from a git worktree of it (no tag exists and
 #             no registry is reachable): helm upgrade's starting point. Cached
-#             in bin/previous/<commit>, built once.
+#             in bin/previous/<commit>, built once. A clone without the commit
+#             (a shallow one) gets no such line, and a warning on stderr.
 # The go command's output shows only if a build fails.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,8 +26,10 @@ out=$root/bin/previous/$PREVIOUS
 tag=sidecar-operator.test/sidecar-operator:${PREVIOUS:0:7}
 if [ ! -f "$out/sidecar-operator.tar" ]; then
   start=$SECONDS
-  git cat-file -e "$PREVIOUS^{commit}" 2>/dev/null ||
-    fail "commit $PREVIOUS is not in this clone (a shallow clone?): git fetch --unshallow"
+  if ! git cat-file -e "$PREVIOUS^{commit}" 2>/dev/null; then
+    echo "WARNING: commit $PREVIOUS is not in this clone (a shallow clone?): no previous release to upgrade from; git fetch --unshallow" >&2
+    exit 0
+  fi
   tree=$(mktemp -d)
   trap 'rm -f "$log"; git worktree remove --force "$tree" >/dev/null 2>&1 || true; rm -rf "$tree"' EXIT
   git worktree add --detach "$tree" "$PREVIOUS" >/dev/null 2>&1

@@ -22,6 +22,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/leaderelection"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -133,6 +134,11 @@ func testUninstall(t *testing.T, l *podLoop) {
 // testUpgrade installs the previous commit's chart and image, then helm
 // upgrade to this one with a changed value: no create fails, none is missed.
 func testUpgrade(t *testing.T, l *podLoop) {
+	if previous.image == "" {
+		// Still installed, for the moments after this one.
+		helm(t, installArgs("install", current, "--wait")...)
+		t.Skip("hack/release-images.sh found no previous commit to build (a shallow clone): see its warning")
+	}
 	helm(t, installArgs("install", previous, "--wait")...)
 	l.reset()
 	l.waitInjected(t, 60*time.Second)
@@ -162,9 +168,9 @@ func testUpgrade(t *testing.T, l *podLoop) {
 
 // testLeaderKilled SIGKILLs the leader's container through containerd, as a
 // node failure would: no pod is missed; creates routed to the dead
-// endpoint before the kubelet marks it unready may fail; leadership moves
-// within leaseDuration + 2 × retryPeriod (15 s + 4 s); grants and status
-// converge under the new leader.
+// endpoint before the kubelet marks it unready may fail; grants and status
+// converge under the new leader, which takes the lease within
+// maxLeaderHandover.
 func testLeaderKilled(t *testing.T, l *podLoop) {
 	ctx := context.Background()
 	createSidecar(t, agent())
@@ -222,16 +228,25 @@ func testLeaderKilled(t *testing.T, l *podLoop) {
 		return nil
 	})
 	counts := l.take()
-	t.Logf("SIGKILL of the leader %s: the lease moved to %s after %s (bound 19s); both replicas ready again, grants and status converged %s after the kill",
-		leader, newLeader, moved.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+	t.Logf("SIGKILL of the leader %s: the lease moved to %s after %s (bound %s); both replicas ready again, grants and status converged %s after the kill",
+		leader, newLeader, moved.Round(time.Millisecond), maxLeaderHandover, time.Since(killed).Round(time.Millisecond))
 	t.Logf("SIGKILL of the leader: %s; the killed replica's endpoint was ready for %s after the kill", counts, (<-unready).Round(time.Millisecond))
-	if moved > 19*time.Second {
-		t.Errorf("leadership moved after %s, over leaseDuration + 2 × retryPeriod", moved)
+	if moved > maxLeaderHandover {
+		t.Errorf("leadership moved after %s, over %s", moved, maxLeaderHandover)
 	}
 	if counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
 		t.Errorf("SIGKILL: %s", counts)
 	}
 }
+
+// maxLeaderHandover bounds how long after the leader's death another replica
+// holds the lease, with the chart's leaseDuration 15 s and retryPeriod 2 s.
+// A candidate counts the lease's 15 s from when it saw the last renewal, and
+// it looks every retryPeriod, jittered by client-go's JitterFactor 1.2 (up to
+// 4.4 s): it sees the renewal up to 4.4 s late and takes the lease up to 4.4 s
+// after it expired. leaseDuration + 2 × retryPeriod, 19 s, holds only without
+// the jitter.
+const maxLeaderHandover = 15*time.Second + 2*time.Duration((1+leaderelection.JitterFactor)*float64(2*time.Second))
 
 // testRotateCA asks for a new CA while the loop runs: the new CA is
 // published before any replica serves a certificate from it, so no create

@@ -110,6 +110,9 @@ func setUp(down *nodeenv.Teardown) error {
 	if err != nil {
 		return err
 	}
+	// The loop's 10 creates and 10 deletes a second, beside the moments'
+	// own requests: client-go's default (5 a second) would pace the loop.
+	cfg.QPS, cfg.Burst = 100, 200
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme.New()})
 	return err
 }
