@@ -249,6 +249,22 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 	budget.guards = []string{"gt (int .Values.replicas) 1"}
 	// helm uninstall leaves the CRD, and so every Sidecar; upgrades update it.
 	annotations.fields["helm.sh/resource-policy"] = &node{value: "keep"}
+	// ... and the author policy that judges them, so that no Sidecar is
+	// written unjudged while the operator is uninstalled.
+	for _, id := range []string{"ValidatingAdmissionPolicy/sidecar-operator-authors", "ValidatingAdmissionPolicyBinding/sidecar-operator-authors"} {
+		authors := tree[id]
+		if authors == nil {
+			return nil, fmt.Errorf("the install lacks %s", id)
+		}
+		meta, err := authors.at("metadata")
+		if err != nil {
+			return nil, err
+		}
+		if meta.fields["annotations"] != nil {
+			return nil, fmt.Errorf("%s has annotations of its own", id)
+		}
+		meta.fields["annotations"] = &node{kind: mapping, fields: map[string]*node{"helm.sh/resource-policy": {value: "keep"}}}
+	}
 
 	var out bytes.Buffer
 	err = template.Must(template.New("values.yaml").Parse(valuesTemplate)).Execute(&out, defaults)

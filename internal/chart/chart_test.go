@@ -82,13 +82,20 @@ func renderChart(t *testing.T, c *chartv2.Chart, namespace string, values map[st
 		t.Fatal(err)
 	}
 	objs := decode(t, out)
-	// The one thing the chart adds: helm uninstall leaves the CRD.
-	crd := objs["CustomResourceDefinition/<nil>/sidecars.sidecar-operator.io"]
-	annotations, _ := crd["metadata"].(map[string]any)["annotations"].(map[string]any)
-	if annotations["helm.sh/resource-policy"] != "keep" {
-		t.Errorf("the CRD's annotations %v lack helm.sh/resource-policy: keep", annotations)
+	// The one thing the chart adds: helm uninstall leaves the CRD, and the
+	// author policy that judges its Sidecars.
+	for _, id := range []string{"CustomResourceDefinition/<nil>/sidecars.sidecar-operator.io",
+		"ValidatingAdmissionPolicy/<nil>/sidecar-operator-authors", "ValidatingAdmissionPolicyBinding/<nil>/sidecar-operator-authors"} {
+		meta := objs[id]["metadata"].(map[string]any)
+		annotations, _ := meta["annotations"].(map[string]any)
+		if annotations["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("%s's annotations %v lack helm.sh/resource-policy: keep", id, annotations)
+		}
+		delete(annotations, "helm.sh/resource-policy")
+		if len(annotations) == 0 {
+			delete(meta, "annotations")
+		}
 	}
-	delete(annotations, "helm.sh/resource-policy")
 	return objs
 }
 

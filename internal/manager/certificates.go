@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -30,14 +32,6 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
-// Outside a cluster the configurations are created if missing (RBAC cannot
-// scope create by name); they are updated only by name, so
-// --webhook-config-name needs this changed.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sidecar-operator-system,resources=leases,verbs=get;create;update
-
 // setUpCertificates returns the webhook's TLS configuration and a check that
 // the apiserver trusts what is served, and adds what keeps both current.
 func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls.Config, func(context.Context) error, error) {
@@ -46,15 +40,14 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 		// The policy first: Sidecars reach the webhook only once its
 		// configuration is published, and must never be admitted without
 		// their author judged.
-		if err := webhookconfig.EnsureAuthorPolicy(ctx, c, create); err != nil {
+		if err := webhookconfig.EnsureAuthorPolicy(ctx, c); err != nil {
 			return err
 		}
+		// Each configuration on its own: one the installer has not created
+		// (or an admin deleted) stops no repair of the other.
 		mutating := webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)
-		if err := webhookconfig.EnsureMutating(ctx, c, mutating, create); err != nil {
-			return err
-		}
 		validating := webhookconfig.Validating(opts.ValidatingConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)
-		return webhookconfig.EnsureValidating(ctx, c, validating, create)
+		return errors.Join(webhookconfig.EnsureMutating(ctx, c, mutating, create), webhookconfig.EnsureValidating(ctx, c, validating, create))
 	}
 	trusted := func(ctx context.Context, issuer []byte) error {
 		var have admissionv1.MutatingWebhookConfiguration
@@ -142,8 +135,16 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 		if opts.CertMode == CertModeCertManager {
 			caBundle = nil // cert-manager's CA injector owns the caBundle
 		}
-		if err := publish(ctx, mgr.GetClient(), caBundle); err != nil {
-			return err
+		// In a cluster the installer creates the configurations, maybe
+		// after this replica starts: wait for them, as the rotator does.
+		if wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+			if err := publish(ctx, mgr.GetClient(), caBundle); err != nil {
+				log.Error(err, "registering the webhook; retrying")
+				return false, nil
+			}
+			return true, nil
+		}) != nil {
+			return nil // stopped before it could
 		}
 		log.Info("webhook registered", "configuration", opts.WebhookConfigName)
 		return nil

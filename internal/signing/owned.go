@@ -618,6 +618,14 @@ func checkOthers(pod *corev1.Pod, rec *v1alpha1.InjectionRecord, entries []owned
 			d.add("the pod sets %s, so its other containers reach the sidecar's processes and files, and the sidecar holds %s", f.name, credential)
 		}
 	}
+	// An ephemeral container aimed at the sidecar joins its process
+	// namespace: /proc/<pid>/root reaches its files.
+	for j := range s.EphemeralContainers {
+		if c := &s.EphemeralContainers[j]; slices.Contains(rec.Containers, c.TargetContainerName) {
+			d.add("ephemeralContainers[%d] %q targets the sidecar's %q, reaching its processes and files, and the sidecar holds %s",
+				j, c.Name, c.TargetContainerName, credential)
+		}
+	}
 	for _, group := range []struct {
 		field  string
 		list   []corev1.Container

@@ -15,8 +15,8 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
 
-// The policy is created if missing outside a cluster and updated only by
-// name, like the webhook configurations.
+// The policy is created if missing, in a cluster too (see
+// EnsureAuthorPolicy), and updated only by name.
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies,verbs=update,resourceNames=sidecar-operator-authors
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=update,resourceNames=sidecar-operator-authors
@@ -190,15 +190,16 @@ func authorValidations() []admissionv1.Validation {
 	return vs
 }
 
-// EnsureAuthorPolicy brings the policy and its binding to want, keeping
-// their metadata, or creates them if missing and create (see
-// Target.CreatesMissing).
-func EnsureAuthorPolicy(ctx context.Context, c client.Client, create bool) error {
+// EnsureAuthorPolicy creates the policy and its binding, or brings them to
+// want, keeping their metadata. Unlike the webhook configurations it
+// creates them in a cluster too: they refuse no pod, so one brought back
+// during helm uninstall blocks nothing, and without them Sidecars would be
+// admitted with their authors unjudged. The chart keeps them across helm
+// uninstall, as it keeps the CRD and so the Sidecars they judge.
+func EnsureAuthorPolicy(ctx context.Context, c client.Client) error {
 	policy, binding := AuthorPolicy()
 	var havePolicy admissionv1.ValidatingAdmissionPolicy
 	switch err := c.Get(ctx, client.ObjectKeyFromObject(policy), &havePolicy); {
-	case apierrors.IsNotFound(err) && !create:
-		return errNotInstalled("ValidatingAdmissionPolicy", policy.Name)
 	case apierrors.IsNotFound(err):
 		if err := c.Create(ctx, policy); err != nil {
 			return err
@@ -213,8 +214,6 @@ func EnsureAuthorPolicy(ctx context.Context, c client.Client, create bool) error
 	}
 	var haveBinding admissionv1.ValidatingAdmissionPolicyBinding
 	switch err := c.Get(ctx, client.ObjectKeyFromObject(binding), &haveBinding); {
-	case apierrors.IsNotFound(err) && !create:
-		return errNotInstalled("ValidatingAdmissionPolicyBinding", binding.Name)
 	case apierrors.IsNotFound(err):
 		return c.Create(ctx, binding)
 	case err != nil:

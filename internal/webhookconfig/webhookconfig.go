@@ -20,10 +20,12 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
-// Outside a cluster the configurations are created if missing (RBAC cannot
-// scope create by name; see Target.CreatesMissing); they are updated only by
-// name, so --webhook-config-name needs this changed.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;create
+// In a cluster the installer creates the configurations (see
+// Target.CreatesMissing), so the role, installed there, cannot create one:
+// RBAC cannot scope create by name, and a token that could would register
+// webhooks of any name. Outside a cluster, run with credentials that may.
+// They are updated only by name, so --webhook-config-name needs this changed.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sidecar-operator-system,resources=leases,verbs=get;create;update
@@ -61,14 +63,15 @@ type Target struct {
 	ServiceName      string
 }
 
-// CreatesMissing says whether the operator creates its webhook configurations
-// and author policy when they are missing: only when reached by URL, outside
-// a cluster, where no installer knows the URL. Reached through its Service,
+// CreatesMissing says whether the operator creates its webhook
+// configurations when they are missing: only when reached by URL, outside a
+// cluster, where no installer knows the URL. Reached through its Service,
 // the installer (the chart, or config/) creates them and helm uninstall
-// deletes them, validating first; the operator only keeps them up to date. A
-// replica still running during the uninstall then cannot bring back a Fail
-// configuration whose Service is about to go, which would refuse every pod
-// of the cluster.
+// deletes them, before anything else; the operator only keeps them up to
+// date. A replica still running during the uninstall then cannot bring back
+// a Fail configuration whose Service is about to go, which would refuse
+// every pod of the cluster. (The author policy, which refuses no pod, is
+// always kept: EnsureAuthorPolicy.)
 func (t Target) CreatesMissing() bool { return t.URL != "" }
 
 // errNotInstalled is what keeping a missing object that the installer

@@ -3,6 +3,7 @@ package webhookconfig
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -42,43 +43,62 @@ func TestServes(t *testing.T) {
 	}
 }
 
-// Installed in a cluster, the installer creates and deletes the
-// configurations and the author policy: keeping a missing one fails, naming
-// it, and leaves it missing, so that a replica still running during helm
-// uninstall brings nothing back. An existing one is kept up to date.
-func TestOnlyTheInstallerCreatesInACluster(t *testing.T) {
+// Installed in a cluster, the installer creates and deletes the webhook
+// configurations: keeping a missing one fails, naming it, and leaves it
+// missing, so that a replica still running during helm uninstall brings
+// none back; existing ones are kept up to date. The author policy and its
+// binding, which refuse no pod, come back wherever they are missing: without
+// them Sidecars would be admitted with their authors unjudged.
+func TestOnlyTheInstallerCreatesConfigurationsInACluster(t *testing.T) {
 	ctx := context.Background()
 	service := Target{ServiceNamespace: "ops", ServiceName: "sidecar-operator"}
+	policy, binding := AuthorPolicy()
+	for _, missing := range []client.Object{policy, binding} {
+		c := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
+		installedMutating, installedValidating := Installed("ops", admissionv1.Fail)
+		for _, obj := range []client.Object{installedMutating, installedValidating, policy, binding} {
+			if obj.GetName() == missing.GetName() && fmt.Sprintf("%T", obj) == fmt.Sprintf("%T", missing) {
+				continue
+			}
+			if err := c.Create(ctx, obj.DeepCopyObject().(client.Object)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := EnsureAuthorPolicy(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		back := missing.DeepCopyObject().(client.Object)
+		if err := c.Get(ctx, client.ObjectKeyFromObject(back), back); err != nil {
+			t.Errorf("a missing %T %s stays missing: %v", missing, missing.GetName(), err)
+		}
+	}
+
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
 	keep := func() []error {
 		return []error{
-			EnsureAuthorPolicy(ctx, c, service.CreatesMissing()),
 			EnsureMutating(ctx, c, Mutating(DefaultName, service, []byte("ca"), admissionv1.Fail, "ops"), service.CreatesMissing()),
 			EnsureValidating(ctx, c, Validating(DefaultName, service, []byte("ca"), admissionv1.Fail, "ops"), service.CreatesMissing()),
 		}
 	}
 	for i, err := range keep() {
-		want := []string{"ValidatingAdmissionPolicy " + AuthorPolicyName, "MutatingWebhookConfiguration " + DefaultName,
-			"ValidatingWebhookConfiguration " + DefaultName}[i]
+		want := []string{"MutatingWebhookConfiguration " + DefaultName, "ValidatingWebhookConfiguration " + DefaultName}[i]
 		if err == nil || !strings.Contains(err.Error(), want+" is missing") {
 			t.Errorf("keeping a missing %s: %v", want, err)
 		}
 	}
 	var m admissionv1.MutatingWebhookConfigurationList
 	var v admissionv1.ValidatingWebhookConfigurationList
-	var p admissionv1.ValidatingAdmissionPolicyList
-	for _, list := range []client.ObjectList{&m, &v, &p} {
+	for _, list := range []client.ObjectList{&m, &v} {
 		if err := c.List(ctx, list); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if len(m.Items)+len(v.Items)+len(p.Items) != 0 {
-		t.Fatalf("created %d mutating, %d validating configurations and %d policies", len(m.Items), len(v.Items), len(p.Items))
+	if len(m.Items)+len(v.Items) != 0 {
+		t.Fatalf("created %d mutating and %d validating configurations", len(m.Items), len(v.Items))
 	}
 
 	installedMutating, installedValidating := Installed("ops", admissionv1.Fail)
-	policy, binding := AuthorPolicy()
-	for _, obj := range []client.Object{installedMutating, installedValidating, policy, binding} {
+	for _, obj := range []client.Object{installedMutating, installedValidating} {
 		if err := c.Create(ctx, obj); err != nil {
 			t.Fatal(err)
 		}

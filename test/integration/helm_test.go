@@ -65,7 +65,8 @@ func runCommandProcess(args string) int {
 // namespace (the downward API's), and loopback addresses, the webhook's
 // registered by URL as `run` does outside a cluster. A pod that a Sidecar
 // selects comes back injected. helm uninstall then removes every object of
-// the chart but the CRD, which it keeps.
+// the chart but the CRD and the author policy that judges its Sidecars,
+// which it keeps.
 func TestHelmChartInstallsAnOperatorThatInjects(t *testing.T) {
 	const namespace, release = "so-helm", "sidecar-operator"
 	ctx := context.Background()
@@ -161,6 +162,10 @@ func TestHelmChartInstallsAnOperatorThatInjects(t *testing.T) {
 		case obj.GetKind() == "CustomResourceDefinition":
 			if err != nil {
 				t.Errorf("helm uninstall removed the CRD, and every Sidecar with it: %v", err)
+			}
+		case strings.HasPrefix(obj.GetKind(), "ValidatingAdmissionPolicy"):
+			if err != nil {
+				t.Errorf("helm uninstall removed the %s, leaving the Sidecars unjudged: %v", obj.GetKind(), err)
 			}
 		case !apierrors.IsNotFound(err):
 			t.Errorf("%s %s after helm uninstall: %v", obj.GetKind(), obj.GetName(), err)
