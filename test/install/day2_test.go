@@ -127,7 +127,14 @@ func testUninstall(t *testing.T, l *podLoop) {
 	if after.failed > 0 {
 		t.Errorf("pods fail to create after helm uninstall: %s", after)
 	}
-	t.Logf("uninstall: grants (RoleBindings the operator made) %d before, %d after: the Sidecars and their CRD stay "+
+	// Kept with the Sidecars, so that none is written unjudged meanwhile.
+	policy, binding := webhookconfig.AuthorPolicy()
+	for _, obj := range []client.Object{policy, binding} {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Errorf("the author policy's %T after helm uninstall: %v", obj, err)
+		}
+	}
+	t.Logf("uninstall: grants (RoleBindings the operator made) %d before, %d after: the Sidecars, their CRD and the author policy stay "+
 		"(helm.sh/resource-policy: keep), and with them what was granted", grantsBefore, managedRoleBindings(t))
 }
 
