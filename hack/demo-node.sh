@@ -59,10 +59,11 @@ cleanup() {
 mkdir -p .local
 : > "$log"
 
+# Built first, so that the line it prints when it builds is a line of its own.
+helm=$(hack/tool.sh helm)
 step "build the operator's image (hack/image) and bin/demo"
 go run ./hack/image -o bin/image -platforms "linux/$(go env GOARCH)" >> "$log"
 go build -o bin/demo ./hack/demo
-helm=$(hack/tool.sh helm)
 done_step
 
 # The first run builds kubelet and friends, installs containerd and the CNI
