@@ -45,7 +45,10 @@ type Server struct {
 	// reporting not ready and closing each connection after its answer, so
 	// that load balancers and the apiserver move to the other replicas before
 	// the listener closes. Without it, a review sent on a keep-alive
-	// connection the moment it is closed fails with EOF.
+	// connection the moment it is closed fails with EOF. Idle connections
+	// stay open meanwhile: closing one as the apiserver writes a review on
+	// it fails that review ("broken pipe"), which the apiserver does not
+	// retry (kubernetes/kubernetes#127335).
 	DrainDelay time.Duration
 
 	draining atomic.Bool
@@ -70,7 +73,14 @@ func (s *Server) Handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			// The client, told, takes the connection out of its pool
+			// itself: no review meets a connection closing under it.
+			w.Header().Set("Connection", "close")
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // Readiness is nil while the server should receive reviews: Ready says so
@@ -98,8 +108,11 @@ func NewHTTPServer(handler http.Handler, tlsConfig *tls.Config, log logr.Logger)
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		// Longer than the apiserver's own (client-go's transport: 90 s),
+		// so that the client, not the server, closes an idle connection:
+		// never one the client is writing a review on.
+		IdleTimeout:    120 * time.Second,
+		MaxHeaderBytes: 64 << 10,
 	}
 }
 
@@ -133,8 +146,7 @@ func (s *Server) Start(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	if s.DrainDelay > 0 {
-		s.draining.Store(true)
-		srv.SetKeepAlivesEnabled(false) // each answer now closes its connection
+		s.draining.Store(true) // each answer now closes its connection
 		s.Log.Info("draining before shutdown", "delay", s.DrainDelay)
 		time.Sleep(s.DrainDelay)
 	}

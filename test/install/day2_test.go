@@ -60,6 +60,7 @@ func TestDayTwo(t *testing.T) {
 		{"install", testInstall},
 		{"uninstall after install", testUninstall},
 		{"helm upgrade from the previous commit", testUpgrade},
+		{"helm upgrade of this commit", testUpgradeInPlace},
 		{"the leader SIGKILLed", testLeaderKilled},
 		{"rotate=ca", testRotateCA},
 		{"uninstall", testUninstall},
@@ -139,7 +140,13 @@ func testUninstall(t *testing.T, l *podLoop) {
 }
 
 // testUpgrade installs the previous commit's chart and image, then helm
-// upgrade to this one with a changed value: no create fails, none is missed.
+// upgrade to this one with a changed value: none is missed. The old
+// replicas drain as the previous commit does, closing their idle
+// keep-alive connections as the drain begins; a review the apiserver
+// writes on one at that moment fails, unretried
+// (kubernetes/kubernetes#127335). Those alone may fail, a few at most;
+// this commit's drain leaves idle connections to the client, and
+// testUpgradeInPlace holds it to none.
 func testUpgrade(t *testing.T, l *podLoop) {
 	if previous.image == "" {
 		// Still installed, for the moments after this one.
@@ -150,13 +157,43 @@ func testUpgrade(t *testing.T, l *podLoop) {
 	l.reset()
 	l.waitInjected(t, 60*time.Second)
 	describeOperator(t, previous)
+	counts := upgradeTo(t, l, previous, "--set", "resources.requests.cpu=110m")
+	closedUnderIt := 0
+	for msg, n := range counts.failures {
+		if strings.HasSuffix(msg, `write: broken pipe"`) || strings.HasSuffix(msg, `read: connection reset by peer"`) {
+			closedUnderIt += n
+		}
+	}
+	if counts.failed > closedUnderIt || closedUnderIt > 3 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
+		t.Errorf("helm upgrade: %s", counts)
+	}
+}
+
+// testUpgradeInPlace rolls this commit's replicas with a changed value:
+// no create fails, none is missed.
+func testUpgradeInPlace(t *testing.T, l *podLoop) {
+	counts := upgradeTo(t, l, current, "--reuse-values", "--set", "resources.requests.cpu=120m")
+	if counts.failed > 0 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
+		t.Errorf("helm upgrade: %s", counts)
+	}
+}
+
+// upgradeTo runs helm upgrade to this commit's chart and image and waits
+// until both replicas run it, the old ones gone; it returns the loop's
+// counts meanwhile.
+func upgradeTo(t *testing.T, l *podLoop, from release, more ...string) tally {
+	t.Helper()
+	before := map[string]bool{}
+	for _, p := range operatorPods(t) {
+		before[p.Name] = true
+	}
 	l.reset()
 	start := time.Now()
-	helm(t, installArgs("upgrade", current, "--wait", "--set", "resources.requests.cpu=110m")...)
-	eventually(t, 2*time.Minute, "every pod of the operator to run the new image, the old ones gone", func() error {
+	helm(t, installArgs("upgrade", current, append([]string{"--wait"}, more...)...)...)
+	eventually(t, 2*time.Minute, "every pod of the operator to be new and run the new image, the old ones gone", func() error {
 		pods := operatorPods(t)
 		for _, p := range pods {
-			if p.Spec.Containers[0].Image != current.image || !ready(p) {
+			if before[p.Name] || p.Spec.Containers[0].Image != current.image || !ready(p) {
 				return fmt.Errorf("pod %s: %s, ready %v", p.Name, p.Spec.Containers[0].Image, ready(p))
 			}
 		}
@@ -166,11 +203,10 @@ func testUpgrade(t *testing.T, l *podLoop) {
 		return nil
 	})
 	counts := l.take()
-	t.Logf("helm upgrade %s -> %s, rolled in %s: %s", previous.image, current.image, time.Since(start).Round(time.Millisecond), counts)
-	if counts.failed > 0 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
-		t.Errorf("helm upgrade: %s", counts)
-	}
+	t.Logf("helm upgrade %s -> %s (%s), rolled in %s: %s", from.image, current.image, strings.Join(more, " "),
+		time.Since(start).Round(time.Millisecond), counts)
 	describeOperator(t, current)
+	return counts
 }
 
 // testLeaderKilled SIGKILLs the leader's container through containerd, as a
