@@ -160,7 +160,7 @@ func testUpgrade(t *testing.T, l *podLoop) {
 	counts := upgradeTo(t, l, previous, "--set", "resources.requests.cpu=110m")
 	closedUnderIt := 0
 	for msg, n := range counts.failures {
-		if strings.HasSuffix(msg, `write: broken pipe"`) || strings.HasSuffix(msg, `read: connection reset by peer"`) {
+		if strings.HasSuffix(msg, "write: broken pipe") || strings.HasSuffix(msg, "read: connection reset by peer") {
 			closedUnderIt += n
 		}
 	}
