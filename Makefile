@@ -37,10 +37,13 @@ image: ## Build the operator's image without Docker (hack/image): linux/amd64 an
 	go run ./hack/image -o bin/image -platforms linux/amd64,linux/arm64 -sbom $(CYCLONEDX_GOMOD)
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, the CRD, the operator's ClusterRole, the webhook configurations, the Helm chart and docs/api.md.
+generate: ## Regenerate deepcopy code, the CRD, the ClusterRoles of the webhook and the controllers, the webhook configurations, the Helm chart and docs/api.md.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd:maxDescLen=0 paths=./api/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=sidecar-operator paths=./internal/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=sidecar-operator-webhook paths=./internal/webhook output:rbac:artifacts:config=config/rbac/webhook
+	$(CONTROLLER_GEN) rbac:roleName=sidecar-operator-controller \
+		paths="$$(go list ./internal/... | grep -vx '.*/internal/webhook' | sed 's|^github.com/sidecar-operator/sidecar-operator|.|' | paste -sd';')" \
+		output:rbac:artifacts:config=config/rbac/controller
 	go run ./hack/gen-webhook
 	go run ./hack/gen-chart
 	$(CRD_REF_DOCS) --log-level ERROR --config hack/crd-ref-docs/config.yaml --source-path api/v1alpha1 \

@@ -199,45 +199,23 @@ func fileName(id string) string {
 // chartOnly templates the values manifests has no option for, and returns
 // values.yaml with the defaults they take from the rendering.
 func chartOnly(tree map[string]*node) ([]byte, error) {
-	deployment, crd := tree["Deployment/sidecar-operator"], tree["CustomResourceDefinition/sidecars.sidecar-operator.io"]
-	policy, budget := tree["NetworkPolicy/sidecar-operator"], tree["PodDisruptionBudget/sidecar-operator"]
-	if deployment == nil || crd == nil || policy == nil || budget == nil {
-		return nil, fmt.Errorf("the install lacks the Deployment, the CRD, the NetworkPolicy or the PodDisruptionBudget")
+	crd := tree["CustomResourceDefinition/sidecars.sidecar-operator.io"]
+	if crd == nil {
+		return nil, fmt.Errorf("the install lacks the CRD")
 	}
-	replicas, err := deployment.at("spec", "replicas")
+	// The webhook's Deployment takes replicas and resources, and the
+	// controllers' controller.replicas and controller.resources.
+	webhookValues, err := deploymentValues(tree, "sidecar-operator", ".Values")
 	if err != nil {
 		return nil, err
 	}
-	manager, err := deployment.at("spec", "template", "spec", "containers", "name=manager")
+	controllerValues, err := deploymentValues(tree, "sidecar-operator-controller", ".Values.controller")
 	if err != nil {
 		return nil, err
 	}
-	resources, err := manager.at("resources")
-	if err != nil {
-		return nil, err
-	}
-	annotations, err := crd.at("metadata", "annotations")
-	if err != nil {
-		return nil, err
-	}
-	if manager.fields["imagePullPolicy"] != nil || annotations.fields["helm.sh/resource-policy"] != nil {
-		return nil, fmt.Errorf("the install sets imagePullPolicy or a resource policy of its own")
-	}
-	defaults := struct {
-		Replicas                             any
-		Resources, Repository, FailurePolicy string
-	}{Replicas: replicas.value, Repository: cli.ImageRepository, FailurePolicy: string(webhookconfig.DefaultFailurePolicy)}
-	if defaults.Resources, err = indentedYAML(resources, "  "); err != nil {
-		return nil, err
-	}
-
-	replicas.expr = ".Values.replicas"
-	resources.block = ".Values.resources"
-	manager.fields["imagePullPolicy"] = &node{guards: []string{".Values.image.pullPolicy"}, expr: ".Values.image.pullPolicy"}
-	policy.guards = []string{".Values.networkPolicy.enabled"}
 	// Where the apiserver cannot present a client certificate (most managed
 	// clusters), the webhook port is narrowed to the sources it calls from.
-	ingress, err := policy.at("spec", "ingress")
+	ingress, err := tree["NetworkPolicy/sidecar-operator"].at("spec", "ingress")
 	if err != nil {
 		return nil, err
 	}
@@ -245,8 +223,21 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 		return nil, fmt.Errorf("the NetworkPolicy's first rule is not the webhook port's, from anywhere")
 	}
 	ingress.items[0].fields["from"] = &node{guards: []string{".Values.networkPolicy.webhookFrom"}, block: ".Values.networkPolicy.webhookFrom"}
-	// One replica's budget of minAvailable 1 would block every drain of its node.
-	budget.guards = []string{"gt (int .Values.replicas) 1"}
+	annotations, err := crd.at("metadata", "annotations")
+	if err != nil {
+		return nil, err
+	}
+	if annotations.fields["helm.sh/resource-policy"] != nil {
+		return nil, fmt.Errorf("the install sets a resource policy of its own")
+	}
+	defaults := struct {
+		Replicas, ControllerReplicas                             any
+		Resources, ControllerResources, Repository, FailurePolicy string
+	}{
+		Replicas: webhookValues.replicas, ControllerReplicas: controllerValues.replicas,
+		Resources: webhookValues.resources, ControllerResources: controllerValues.resources,
+		Repository: cli.ImageRepository, FailurePolicy: string(webhookconfig.DefaultFailurePolicy),
+	}
 	// helm uninstall leaves the CRD, and so every Sidecar; upgrades update it.
 	annotations.fields["helm.sh/resource-policy"] = &node{value: "keep"}
 	// ... and the author policy that judges them, so that no Sidecar is
@@ -269,6 +260,50 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 	var out bytes.Buffer
 	err = template.Must(template.New("values.yaml").Parse(valuesTemplate)).Execute(&out, defaults)
 	return out.Bytes(), err
+}
+
+// deployed are the chart's defaults for a Deployment: its replicas and
+// resources.
+type deployed struct {
+	replicas  any
+	resources string
+}
+
+// deploymentValues templates the Deployment name and what goes with it, its
+// PodDisruptionBudget and NetworkPolicy, from the values under prefix
+// (.Values or .Values.controller): replicas, resources and the image's
+// pullPolicy; it returns their defaults.
+func deploymentValues(tree map[string]*node, name, prefix string) (deployed, error) {
+	deployment, policy, budget := tree["Deployment/"+name], tree["NetworkPolicy/"+name], tree["PodDisruptionBudget/"+name]
+	if deployment == nil || policy == nil || budget == nil {
+		return deployed{}, fmt.Errorf("the install lacks the Deployment, the NetworkPolicy or the PodDisruptionBudget %s", name)
+	}
+	replicas, err := deployment.at("spec", "replicas")
+	if err != nil {
+		return deployed{}, err
+	}
+	manager, err := deployment.at("spec", "template", "spec", "containers", "name=manager")
+	if err != nil {
+		return deployed{}, err
+	}
+	resources, err := manager.at("resources")
+	if err != nil {
+		return deployed{}, err
+	}
+	if manager.fields["imagePullPolicy"] != nil {
+		return deployed{}, fmt.Errorf("the Deployment %s sets imagePullPolicy of its own", name)
+	}
+	d := deployed{replicas: replicas.value}
+	if d.resources, err = indentedYAML(resources, strings.Repeat("  ", strings.Count(prefix, "."))); err != nil {
+		return deployed{}, err
+	}
+	replicas.expr = prefix + ".replicas"
+	resources.block = prefix + ".resources"
+	manager.fields["imagePullPolicy"] = &node{guards: []string{".Values.image.pullPolicy"}, expr: ".Values.image.pullPolicy"}
+	policy.guards = []string{".Values.networkPolicy.enabled"}
+	// One replica's budget of minAvailable 1 would block every drain of its node.
+	budget.guards = []string{"gt (int " + prefix + ".replicas) 1"}
+	return d, nil
 }
 
 // indentedYAML is the value of a node from the default rendering, as YAML,

@@ -213,14 +213,17 @@ func TestValuesRenderWhatTheirManifestsOptionsDo(t *testing.T) {
 func TestChartOnlyValues(t *testing.T) {
 	c := loadChart(t)
 	const (
-		deployment = "Deployment/ops/sidecar-operator"
-		policy     = "NetworkPolicy/ops/sidecar-operator"
-		budget     = "PodDisruptionBudget/ops/sidecar-operator"
+		deployment       = "Deployment/ops/sidecar-operator"
+		controller       = "Deployment/ops/sidecar-operator-controller"
+		policy           = "NetworkPolicy/ops/sidecar-operator"
+		controllerPolicy = "NetworkPolicy/ops/sidecar-operator-controller"
+		budget           = "PodDisruptionBudget/ops/sidecar-operator"
+		controllerBudget = "PodDisruptionBudget/ops/sidecar-operator-controller"
 	)
 	apiserver := map[string]any{"ipBlock": map[string]any{"cidr": "172.16.0.0/28"}}
 	resources := map[string]any{"requests": map[string]any{"cpu": "1", "memory": "1Gi"}, "limits": map[string]any{"memory": "2Gi"}}
-	manager := func(objs objects) map[string]any {
-		spec := objs[deployment]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	managerOf := func(objs objects, id string) map[string]any {
+		spec := objs[id]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 		return spec["containers"].([]any)[0].(map[string]any)
 	}
 	for _, tc := range []struct {
@@ -231,18 +234,27 @@ func TestChartOnlyValues(t *testing.T) {
 		{"replicas", map[string]any{"replicas": 3}, func(objs objects) {
 			objs[deployment]["spec"].(map[string]any)["replicas"] = float64(3)
 		}},
-		{"one replica, no budget to block drains", map[string]any{"replicas": 1}, func(objs objects) {
+		{"one replica on purpose, no budget to block drains", map[string]any{"replicas": 1, "singleReplica": true}, func(objs objects) {
 			objs[deployment]["spec"].(map[string]any)["replicas"] = float64(1)
 			delete(objs, budget)
 		}},
+		{"controller.replicas", map[string]any{"controller": map[string]any{"replicas": 1}}, func(objs objects) {
+			objs[controller]["spec"].(map[string]any)["replicas"] = float64(1)
+			delete(objs, controllerBudget)
+		}},
 		{"image.pullPolicy", map[string]any{"image": map[string]any{"pullPolicy": "Always"}}, func(objs objects) {
-			manager(objs)["imagePullPolicy"] = "Always"
+			managerOf(objs, deployment)["imagePullPolicy"] = "Always"
+			managerOf(objs, controller)["imagePullPolicy"] = "Always"
 		}},
 		{"resources", map[string]any{"resources": resources}, func(objs objects) {
-			manager(objs)["resources"] = resources
+			managerOf(objs, deployment)["resources"] = resources
+		}},
+		{"controller.resources", map[string]any{"controller": map[string]any{"resources": resources}}, func(objs objects) {
+			managerOf(objs, controller)["resources"] = resources
 		}},
 		{"networkPolicy.enabled", map[string]any{"networkPolicy": map[string]any{"enabled": false}}, func(objs objects) {
 			delete(objs, policy)
+			delete(objs, controllerPolicy)
 		}},
 		{"networkPolicy.webhookFrom", map[string]any{"networkPolicy": map[string]any{"webhookFrom": []any{apiserver}}}, func(objs objects) {
 			ingress := objs[policy]["spec"].(map[string]any)["ingress"].([]any)
@@ -262,14 +274,17 @@ func TestChartOnlyValues(t *testing.T) {
 func TestSchemaRefusesWhatManifestsRefuses(t *testing.T) {
 	c := loadChart(t)
 	for name, values := range map[string]map[string]any{
-		"cert mode":            {"certMode": "openssl"},
-		"failure policy":       {"webhook": map[string]any{"failurePolicy": "fail"}},
-		"label without value":  {"networkPolicy": map[string]any{"adminFromNamespaceLabel": "monitoring"}},
-		"label not a label":    {"networkPolicy": map[string]any{"adminFromNamespaceLabel": "team=a b"}},
-		"no replica":           {"replicas": 0},
-		"client CA not PEM":    {"clientCA": "ca.crt"},
-		"misspelt value":       {"replica": 3},
-		"misspelt image value": {"image": map[string]any{"pullpolicy": "Always"}},
+		"cert mode":           {"certMode": "openssl"},
+		"failure policy":      {"webhook": map[string]any{"failurePolicy": "fail"}},
+		"label without value": {"networkPolicy": map[string]any{"adminFromNamespaceLabel": "monitoring"}},
+		"label not a label":   {"networkPolicy": map[string]any{"adminFromNamespaceLabel": "team=a b"}},
+		"no replica":          {"replicas": 0},
+		// A single webhook replica blocks pod creation while it restarts.
+		"one replica by chance": {"replicas": 1},
+		"no controller":         {"controller": map[string]any{"replicas": 0}},
+		"client CA not PEM":     {"clientCA": "ca.crt"},
+		"misspelt value":        {"replica": 3},
+		"misspelt image value":  {"image": map[string]any{"pullpolicy": "Always"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := helmTemplate(c, "ops", values); err == nil || !strings.Contains(err.Error(), "schema") {

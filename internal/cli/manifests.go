@@ -7,10 +7,12 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -137,23 +139,28 @@ func splitImage(image string) (name, tag string) {
 	return image, ""
 }
 
-// adminIngressPatch is a JSON patch to the NetworkPolicy that admits the
-// admin port from the namespaces labelled key=value.
-func adminIngressPatch(label string) (string, error) {
+// adminIngressPatches are JSON patches to the two NetworkPolicies, by name,
+// that admit the admin port from the namespaces labelled key=value: a rule
+// added to the webhook's, the only rule of the controllers'.
+func adminIngressPatches(label string) (map[string]string, error) {
 	key, value, ok := strings.Cut(label, "=")
 	if !ok {
-		return "", fmt.Errorf("--admin-from-namespace-label %q: want key=value", label)
+		return nil, fmt.Errorf("--admin-from-namespace-label %q: want key=value", label)
 	}
 	if errs := append(validation.IsQualifiedName(key), validation.IsValidLabelValue(value)...); len(errs) > 0 {
-		return "", fmt.Errorf("--admin-from-namespace-label %q: %s", label, strings.Join(errs, "; "))
+		return nil, fmt.Errorf("--admin-from-namespace-label %q: %s", label, strings.Join(errs, "; "))
 	}
 	tcp, admin := corev1.ProtocolTCP, intstr.FromString("admin")
 	rule := networkingv1.NetworkPolicyIngressRule{
 		From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{key: value}}}},
 		Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &admin}},
 	}
-	patch, err := json.Marshal([]map[string]any{{"op": "add", "path": "/spec/ingress/-", "value": rule}})
-	return string(patch), err
+	webhook, err := json.Marshal([]map[string]any{{"op": "add", "path": "/spec/ingress/-", "value": rule}})
+	if err != nil {
+		return nil, err
+	}
+	controller, err := json.Marshal([]map[string]any{{"op": "add", "path": "/spec/ingress", "value": []any{rule}}})
+	return map[string]string{"sidecar-operator": string(webhook), "sidecar-operator-controller": string(controller)}, err
 }
 
 // RenderManifests builds config/default, embedded in the binary, with an
@@ -193,21 +200,23 @@ func RenderManifests(o ManifestOptions) ([]byte, error) {
 	case "", webhookconfig.DefaultFailurePolicy:
 	case admissionv1.Ignore:
 		// The webhook configurations are rendered with it (configTree); the
-		// operator is told, or it would put Fail back.
+		// controllers, which keep them, are told, or they would put Fail back.
 		overlay.Patches = append(overlay.Patches, types.Patch{
-			Target: &types.Selector{ResId: resid.NewResIdKindOnly("Deployment", "sidecar-operator")},
+			Target: &types.Selector{ResId: resid.NewResIdKindOnly("Deployment", "sidecar-operator-controller")},
 			Patch:  `[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--failure-policy=Ignore"}]`,
 		})
 	default:
 		return nil, fmt.Errorf("--failure-policy: want Fail or Ignore, got %q", o.FailurePolicy)
 	}
 	if o.AdminFromNamespaceLabel != "" {
-		patch, err := adminIngressPatch(o.AdminFromNamespaceLabel)
+		patches, err := adminIngressPatches(o.AdminFromNamespaceLabel)
 		if err != nil {
 			return nil, err
 		}
-		policy := &types.Selector{ResId: resid.NewResIdKindOnly("NetworkPolicy", "sidecar-operator")}
-		overlay.Patches = append(overlay.Patches, types.Patch{Patch: patch, Target: policy})
+		for _, name := range slices.Sorted(maps.Keys(patches)) {
+			policy := &types.Selector{ResId: resid.NewResIdKindOnly("NetworkPolicy", name)}
+			overlay.Patches = append(overlay.Patches, types.Patch{Patch: patches[name], Target: policy})
+		}
 	}
 	image := o.Image
 	if image == "" {
@@ -223,8 +232,18 @@ func RenderManifests(o ManifestOptions) ([]byte, error) {
 	} else {
 		replacement.NewTag = tag
 	}
-	overlay.Images = []types.Image{replacement}
 	mem, err := configTree(o.Namespace, cmp.Or(o.FailurePolicy, webhookconfig.DefaultFailurePolicy))
+	if err != nil {
+		return nil, err
+	}
+	// config/default builds only with config/image, which names the image.
+	component, err := yaml.Marshal(types.Kustomization{
+		TypeMeta: types.TypeMeta{APIVersion: types.ComponentVersion, Kind: types.ComponentKind},
+		Images:   []types.Image{replacement},
+	})
+	if err == nil {
+		err = mem.WriteFile("/config/image/kustomization.yaml", component)
+	}
 	if err != nil {
 		return nil, err
 	}

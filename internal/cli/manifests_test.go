@@ -72,11 +72,12 @@ func TestManifestsTakeTheirFlags(t *testing.T) {
 	}
 }
 
-// install is the rendered manifests, parsed.
+// install is the rendered manifests, parsed: the webhook's Deployment and
+// NetworkPolicy, and the controllers'.
 type install struct {
-	deployment appsv1.Deployment
-	policy     networkingv1.NetworkPolicy
-	quotas     []corev1.ResourceQuota
+	deployment, controller appsv1.Deployment
+	policy, controllerPolicy networkingv1.NetworkPolicy
+	quotas                   []corev1.ResourceQuota
 }
 
 func renderInstall(t *testing.T, args ...string) install {
@@ -90,39 +91,50 @@ func renderInstall(t *testing.T, args ...string) install {
 		t.Fatal(err)
 	}
 	var in install
-	deployments, policies := 0, 0
+	found := map[string]int{}
 	for _, doc := range docs {
-		var meta metav1.TypeMeta
+		var meta metav1.PartialObjectMetadata
 		if err := yaml.Unmarshal(doc, &meta); err != nil {
 			t.Fatal(err)
 		}
 		var into any
-		switch meta.Kind {
-		case "Deployment":
-			deployments++
+		switch id := meta.Kind + "/" + strings.TrimPrefix(meta.Name, "sidecar-operator"); id {
+		case "Deployment/":
 			into = &in.deployment
-		case "NetworkPolicy":
-			policies++
+		case "Deployment/-controller":
+			into = &in.controller
+		case "NetworkPolicy/":
 			into = &in.policy
-		case "ResourceQuota":
+		case "NetworkPolicy/-controller":
+			into = &in.controllerPolicy
+		case "ResourceQuota/-critical-pods":
 			in.quotas = append(in.quotas, corev1.ResourceQuota{})
 			into = &in.quotas[len(in.quotas)-1]
 		default:
+			if meta.Kind == "Deployment" || meta.Kind == "NetworkPolicy" {
+				t.Fatalf("%s %s: want the webhook's and the controllers' only", meta.Kind, meta.Name)
+			}
 			continue
 		}
+		found[meta.Kind]++
 		if err := yaml.UnmarshalStrict(doc, into); err != nil {
 			t.Fatalf("%s: %v", meta.Kind, err)
 		}
 	}
-	if deployments != 1 || policies > 1 {
-		t.Fatalf("%d Deployments and %d NetworkPolicies, want one Deployment and at most one NetworkPolicy", deployments, policies)
+	if found["Deployment"] != 2 || found["NetworkPolicy"] != 2 {
+		t.Fatalf("%v, want the webhook's and the controllers' Deployment and NetworkPolicy", found)
 	}
 	return in
 }
 
 func (in install) manager(t *testing.T) corev1.Container {
 	t.Helper()
-	for _, c := range in.deployment.Spec.Template.Spec.Containers {
+	return managerOf(t, in.deployment)
+}
+
+func managerOf(t *testing.T, d appsv1.Deployment) corev1.Container {
+	t.Helper()
+	for _, c := range d.Spec.Template.Spec.Containers {
 		if c.Name == "manager" {
 			return c
 		}
@@ -160,8 +172,11 @@ func TestManifestsImageIsTheBinarysRelease(t *testing.T) {
 				}
 				return
 			}
-			if got := renderInstall(t, args[1:]...).manager(t).Image; got != tc.want {
-				t.Errorf("image %q, want %q", got, tc.want)
+			in := renderInstall(t, args[1:]...)
+			for _, d := range []appsv1.Deployment{in.deployment, in.controller} {
+				if got := managerOf(t, d).Image; got != tc.want {
+					t.Errorf("%s: image %q, want %q", d.Name, got, tc.want)
+				}
 			}
 		})
 	}
@@ -169,14 +184,14 @@ func TestManifestsImageIsTheBinarysRelease(t *testing.T) {
 
 // admittedPorts maps each container port the policy admits to the sources it
 // admits it from: "anywhere", or a namespace selector.
-func admittedPorts(t *testing.T, in install) map[string][]string {
+func admittedPorts(t *testing.T, d appsv1.Deployment, policy networkingv1.NetworkPolicy) map[string][]string {
 	t.Helper()
 	named := map[string]bool{}
-	for _, p := range in.manager(t).Ports {
+	for _, p := range managerOf(t, d).Ports {
 		named[p.Name] = true
 	}
 	admitted := map[string][]string{}
-	for _, rule := range in.policy.Spec.Ingress {
+	for _, rule := range policy.Spec.Ingress {
 		sources := make([]string, 0, len(rule.From))
 		for _, peer := range rule.From {
 			if peer.PodSelector != nil || peer.IPBlock != nil || peer.NamespaceSelector == nil {
@@ -201,35 +216,74 @@ func admittedPorts(t *testing.T, in install) map[string][]string {
 }
 
 func TestManifestsNetworkPolicyAdmitsTheWebhookFromAnywhereAndAdminFromLabelledNamespaces(t *testing.T) {
+	// The controllers, which grant, are reached by nothing but the kubelet's
+	// probes, and their admin port as the webhook's.
 	for _, tc := range []struct {
-		name string
-		args []string
-		want map[string][]string
+		name                 string
+		args                 []string
+		webhook, controllers map[string][]string
 	}{
-		{name: "no admin label", want: map[string][]string{"webhook": {"anywhere"}}},
+		{name: "no admin label", webhook: map[string][]string{"webhook": {"anywhere"}}, controllers: map[string][]string{}},
 		{name: "admin label", args: []string{"--admin-from-namespace-label", "kubernetes.io/metadata.name=monitoring"},
-			want: map[string][]string{"webhook": {"anywhere"}, "admin": {"namespaces kubernetes.io/metadata.name=monitoring"}}},
+			webhook:     map[string][]string{"webhook": {"anywhere"}, "admin": {"namespaces kubernetes.io/metadata.name=monitoring"}},
+			controllers: map[string][]string{"admin": {"namespaces kubernetes.io/metadata.name=monitoring"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := renderInstall(t, append([]string{"--image", testImage, "--namespace", "ops"}, tc.args...)...)
-			if in.policy.Name == "" || in.policy.Namespace != "ops" {
-				t.Fatalf("NetworkPolicy %q in namespace %q", in.policy.Name, in.policy.Namespace)
-			}
-			if !slices.Equal(in.policy.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
-				t.Errorf("policyTypes %v, want Ingress alone (egress to the apiserver stays open)", in.policy.Spec.PolicyTypes)
-			}
-			selector, err := metav1.LabelSelectorAsSelector(&in.policy.Spec.PodSelector)
-			if err != nil || selector.Empty() || !selector.Matches(labels.Set(in.deployment.Spec.Template.Labels)) {
-				t.Errorf("podSelector %v does not select the operator's pods (%v)", selector, err)
-			}
-			got := admittedPorts(t, in)
-			if len(got) != len(tc.want) {
-				t.Errorf("admitted ports %v, want %v", got, tc.want)
-			}
-			for port, sources := range tc.want {
-				if !slices.Equal(got[port], sources) {
-					t.Errorf("port %s admitted from %v, want %v", port, got[port], sources)
+			for _, p := range []struct {
+				d      appsv1.Deployment
+				policy networkingv1.NetworkPolicy
+				want   map[string][]string
+			}{{in.deployment, in.policy, tc.webhook}, {in.controller, in.controllerPolicy, tc.controllers}} {
+				if p.policy.Namespace != "ops" {
+					t.Fatalf("NetworkPolicy %q in namespace %q", p.policy.Name, p.policy.Namespace)
 				}
+				if !slices.Equal(p.policy.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+					t.Errorf("%s: policyTypes %v, want Ingress alone (egress to the apiserver stays open)", p.policy.Name, p.policy.Spec.PolicyTypes)
+				}
+				selector, err := metav1.LabelSelectorAsSelector(&p.policy.Spec.PodSelector)
+				if err != nil || selector.Empty() || !selector.Matches(labels.Set(p.d.Spec.Template.Labels)) {
+					t.Errorf("%s: podSelector %v does not select the pods of %s (%v)", p.policy.Name, selector, p.d.Name, err)
+				}
+				got := admittedPorts(t, p.d, p.policy)
+				if len(got) != len(p.want) {
+					t.Errorf("%s: admitted ports %v, want %v", p.policy.Name, got, p.want)
+				}
+				for port, sources := range p.want {
+					if !slices.Equal(got[port], sources) {
+						t.Errorf("%s: port %s admitted from %v, want %v", p.policy.Name, port, got[port], sources)
+					}
+				}
+			}
+			// The Service of the webhook must not reach the controllers.
+			if labels.SelectorFromSet(in.deployment.Spec.Selector.MatchLabels).Matches(labels.Set(in.controller.Spec.Template.Labels)) {
+				t.Errorf("the webhook's selector %v selects the controllers' pods %v", in.deployment.Spec.Selector, in.controller.Spec.Template.Labels)
+			}
+		})
+	}
+}
+
+func TestManifestsRunEachComponentUnderItsOwnIdentity(t *testing.T) {
+	for name, args := range map[string][]string{"self": nil, "cert-manager": {"--cert-mode", "cert-manager"}, "client-auth": {"--client-auth"}} {
+		t.Run(name, func(t *testing.T) {
+			in := renderInstall(t, append([]string{"--image", testImage}, args...)...)
+			webhook, controller := in.manager(t), managerOf(t, in.controller)
+			if !slices.Contains(webhook.Args, "--component=webhook") || slices.Contains(webhook.Args, "--leader-elect") {
+				t.Errorf("webhook args %v: want --component=webhook and no election", webhook.Args)
+			}
+			if !slices.Contains(controller.Args, "--component=controller") || !slices.Contains(controller.Args, "--leader-elect") ||
+				slices.ContainsFunc(controller.Args, func(a string) bool { return strings.HasPrefix(a, "--client-ca-file") || strings.HasPrefix(a, "--tls-") }) {
+				t.Errorf("controller args %v: want --component=controller, elected, and no webhook serving", controller.Args)
+			}
+			if name == "cert-manager" && !slices.Contains(controller.Args, "--cert-mode=cert-manager") {
+				t.Errorf("controller args %v: it would rotate a certificate cert-manager issues", controller.Args)
+			}
+			if slices.ContainsFunc(controller.Ports, func(p corev1.ContainerPort) bool { return p.Name == "webhook" }) {
+				t.Errorf("controller ports %+v", controller.Ports)
+			}
+			webhookSA, controllerSA := in.deployment.Spec.Template.Spec.ServiceAccountName, in.controller.Spec.Template.Spec.ServiceAccountName
+			if webhookSA != "sidecar-operator-webhook" || controllerSA != "sidecar-operator-controller" {
+				t.Errorf("service accounts %q and %q", webhookSA, controllerSA)
 			}
 		})
 	}
@@ -380,7 +434,8 @@ func TestManifestsAreWrittenForTheirNamespaceAndFailurePolicy(t *testing.T) {
 						}
 					}
 				}
-				if meta.Kind == "Deployment" {
+				// The controllers keep the configurations.
+				if meta.Kind == "Deployment" && d.Name == "sidecar-operator-controller" {
 					args = d.Spec.Template.Spec.Containers[0].Args
 				}
 			}

@@ -24,7 +24,7 @@ import (
 // --config, with the flags' defaults; manager.Options completes and
 // validates them.
 type runOptions struct {
-	kubeconfig, failurePolicy, certMode string
+	kubeconfig, failurePolicy, certMode, component string
 	manager.Options
 }
 
@@ -35,7 +35,9 @@ func newRunCommand() *cobra.Command {
 		Use:   "run",
 		Short: "Run the operator and its webhook against a cluster",
 		Long: `Run the operator: it watches Sidecars and namespaces, serves the webhook and
-keeps the MutatingWebhookConfiguration pointing at it.
+keeps the MutatingWebhookConfiguration pointing at it. In a cluster the install
+runs the webhook (--component webhook) and the controllers (--component
+controller) as two Deployments, each under a ServiceAccount of its own.
 
 Outside a cluster (--kubeconfig, or $KUBECONFIG) the webhook is registered by
 URL at --webhook-addr; inside, through the Service --service-name in the pod's
@@ -73,12 +75,16 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 			opts.InCluster, opts.PodNamespace = inCluster, os.Getenv("POD_NAMESPACE")
 			opts.FailurePolicy = admissionv1.FailurePolicyType(o.failurePolicy)
 			opts.CertMode = manager.CertMode(o.certMode)
+			opts.Component = manager.Component(o.component)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return manager.Run(ctx, cfg, *opts)
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&o.component, "component", string(manager.ComponentAll), "what this process runs: webhook (serves the webhooks, "+
+		"writes nothing but Events), controller (grants, copies pull secrets, reports status, keeps the signing key, the certificate "+
+		"and the webhook configurations; one replica elected) or all; the install runs webhook and controller apart, each under its own ServiceAccount")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, then the in-cluster config")
 	f.StringVar(&opts.WebhookAddr, "webhook-addr", "127.0.0.1:9443", "host:port the webhook listens on (use :9443 in a cluster)")
 	addWebhookLimitFlags(f, &opts.WebhookLimits)
@@ -98,7 +104,7 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 		"how long after every webhook's caBundle was read back holding a new CA the serving certificate moves to it")
 	f.StringVar(&opts.Namespace, "namespace", "", "namespace of the certificate Secret and the leader lease "+
 		"(default: POD_NAMESPACE in a cluster, sidecar-operator-system outside, created if missing)")
-	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica to write; every replica serves the webhook")
+	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica of the controllers to write (--component controller or all); every replica serves the webhook")
 	f.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a leader's lease lasts without renewal")
 	f.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before giving up")
 	f.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire the lease")

@@ -32,11 +32,11 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
-// setUpCertificates returns the webhook's TLS configuration and a check that
-// the apiserver trusts what is served, and adds what keeps both current.
-func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls.Config, func(context.Context) error, error) {
+// publishing is what the webhook configurations and the author policy
+// should be: written by the controllers, with the caBundle given.
+func publishing(opts Options) func(ctx context.Context, c client.Client, caBundle []byte) error {
 	create := opts.Target.CreatesMissing()
-	publish := func(ctx context.Context, c client.Client, caBundle []byte) error {
+	return func(ctx context.Context, c client.Client, caBundle []byte) error {
 		// The policy first: Sidecars reach the webhook only once its
 		// configuration is published, and must never be admitted without
 		// their author judged.
@@ -49,6 +49,13 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 		validating := webhookconfig.Validating(opts.ValidatingConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)
 		return errors.Join(webhookconfig.EnsureMutating(ctx, c, mutating, create), webhookconfig.EnsureValidating(ctx, c, validating, create))
 	}
+}
+
+// serveCertificates returns the webhook's TLS configuration and a check
+// that the apiserver trusts what is served, and adds what reloads the
+// certificate: the controllers make it (publishCertificates) or cert-manager
+// does, or it is given in files.
+func serveCertificates(mgr manager.Manager, opts Options) (*tls.Config, func(context.Context) error, error) {
 	trusted := func(ctx context.Context, issuer []byte) error {
 		var have admissionv1.MutatingWebhookConfiguration
 		if err := mgr.GetCache().Get(ctx, client.ObjectKey{Name: opts.WebhookConfigName}, &have); err != nil {
@@ -61,24 +68,54 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 		}
 		return nil
 	}
+	tlsConfig := webhook.ServerTLSConfig()
+	if opts.CertMode == CertModeSelf {
+		secret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.CertSecret}
+		// The cache holds Secrets' metadata: the keeper reads the certificate live.
+		keeper := &certrotation.Keeper{Client: mgr.GetAPIReader(), Secret: secret, Log: mgr.GetLogger().WithName("certificates")}
+		if err := ctrl.NewControllerManagedBy(mgr).
+			Named("certificate-keeper").
+			Watches(secrets.Meta(), watch.Constant(secret), builder.WithPredicates(isNamed(secret))).
+			WithOptions(controller.Options{NeedLeaderElection: new(false), MaxConcurrentReconciles: 1}).
+			Complete(keeper); err != nil {
+			return nil, nil, err
+		}
+		tlsConfig.GetCertificate = keeper.GetCertificate
+		return tlsConfig, func(ctx context.Context) error {
+			issuer := keeper.Issuer()
+			if issuer == nil {
+				return errors.New("no serving certificate loaded yet")
+			}
+			return trusted(ctx, issuer)
+		}, requireClientCertificates(tlsConfig, opts)
+	}
+	watcher, err := certwatcher.New(opts.TLSCertFile, opts.TLSKeyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tls-cert-file/--tls-private-key-file: %w", err)
+	}
+	if err := mgr.Add(watcher); err != nil {
+		return nil, nil, err
+	}
+	tlsConfig.GetCertificate = watcher.GetCertificate
+	return tlsConfig, func(ctx context.Context) error { return trusted(ctx, nil) }, requireClientCertificates(tlsConfig, opts)
+}
 
+func isNamed(key types.NamespacedName) predicate.Predicate {
+	return predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetNamespace() == key.Namespace && o.GetName() == key.Name
+	})
+}
+
+// publishCertificates adds what keeps the webhook configurations and the
+// author policy written, with the caBundle: in CertModeSelf, the rotator of
+// the certificate Secret, elected; otherwise a poll until they are.
+func publishCertificates(mgr manager.Manager, opts Options, log logr.Logger) error {
+	publish := publishing(opts)
 	if opts.CertMode == CertModeSelf {
 		secret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.CertSecret}
 		certOpts := opts.Certificates
 		certOpts.Secret, certOpts.Hosts = secret, opts.WebhookHosts
 		certOpts.Labels = map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy}
-		// The cache holds Secrets' metadata: the keeper reads the certificate live.
-		keeper := &certrotation.Keeper{Client: mgr.GetAPIReader(), Secret: secret, Log: log.WithName("certificates")}
-		isSecret := predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return o.GetNamespace() == secret.Namespace && o.GetName() == secret.Name
-		})
-		if err := ctrl.NewControllerManagedBy(mgr).
-			Named("certificate-keeper").
-			Watches(secrets.Meta(), watch.Constant(secret), builder.WithPredicates(isSecret)).
-			WithOptions(controller.Options{NeedLeaderElection: new(false), MaxConcurrentReconciles: 1}).
-			Complete(keeper); err != nil {
-			return nil, nil, err
-		}
 		rotator := &certrotation.Rotator{
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Opts: certOpts, Log: log.WithName("certificates"),
 			Events: mgr.GetEventRecorder("sidecar-operator-certificates"),
@@ -92,9 +129,9 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 			return o.GetName() == opts.WebhookConfigName || o.GetName() == opts.ValidatingConfigName
 		})
 		isAuthorPolicy := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == webhookconfig.AuthorPolicyName })
-		if err := ctrl.NewControllerManagedBy(mgr).
+		return ctrl.NewControllerManagedBy(mgr).
 			Named("certificate-rotator").
-			Watches(secrets.Meta(), watch.Constant(secret), builder.WithPredicates(isSecret)).
+			Watches(secrets.Meta(), watch.Constant(secret), builder.WithPredicates(isNamed(secret))).
 			// Someone else's write to the configuration, a GitOps sync say, is repaired.
 			Watches(&admissionv1.MutatingWebhookConfiguration{}, watch.Constant(secret), builder.WithPredicates(isConfig)).
 			Watches(&admissionv1.ValidatingWebhookConfiguration{}, watch.Constant(secret), builder.WithPredicates(isConfig)).
@@ -106,35 +143,16 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 				return nil
 			})).
 			WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-			Complete(rotator); err != nil {
-			return nil, nil, err
-		}
-		tlsConfig := webhook.ServerTLSConfig()
-		tlsConfig.GetCertificate = keeper.GetCertificate
-		return tlsConfig, func(ctx context.Context) error {
-			issuer := keeper.Issuer()
-			if issuer == nil {
-				return errors.New("no serving certificate loaded yet")
-			}
-			return trusted(ctx, issuer)
-		}, requireClientCertificates(tlsConfig, opts)
-	}
-
-	watcher, err := certwatcher.New(opts.TLSCertFile, opts.TLSKeyFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--tls-cert-file/--tls-private-key-file: %w", err)
-	}
-	if err := mgr.Add(watcher); err != nil {
-		return nil, nil, err
+			Complete(rotator)
 	}
 	caBundle, err := readOptional(opts.CAFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading --ca-file: %w", err)
+		return fmt.Errorf("reading --ca-file: %w", err)
 	}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		if opts.CertMode == CertModeCertManager {
-			caBundle = nil // cert-manager's CA injector owns the caBundle
-		}
+	if opts.CertMode == CertModeCertManager {
+		caBundle = nil // cert-manager's CA injector owns the caBundle
+	}
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		// In a cluster the installer creates the configurations, maybe
 		// after this replica starts: wait for them, as the rotator does.
 		if wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -148,12 +166,7 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 		}
 		log.Info("webhook registered", "configuration", opts.WebhookConfigName)
 		return nil
-	})); err != nil {
-		return nil, nil, err
-	}
-	tlsConfig := webhook.ServerTLSConfig()
-	tlsConfig.GetCertificate = watcher.GetCertificate
-	return tlsConfig, func(ctx context.Context) error { return trusted(ctx, nil) }, requireClientCertificates(tlsConfig, opts)
+	}))
 }
 
 // requireClientCertificates makes the webhook accept only callers with a

@@ -1,7 +1,9 @@
-// Package manager wires the operator: one controller-runtime manager with a
-// cache narrowed to what the controllers read, the controllers of
-// internal/controller, the certificates, the admin API and the webhook
-// server. Every replica serves the webhook; the elected one writes.
+// Package manager wires the operator's components: one controller-runtime
+// manager with a cache narrowed to what they read, and, by Component, the
+// webhook server and the certificate it serves, or the controllers of
+// internal/controller, the certificate's rotation, the webhook
+// configurations and the admin API. Every webhook replica serves; one
+// controller replica, elected, writes.
 package manager
 
 import (
@@ -11,10 +13,12 @@ import (
 	"fmt"
 	"net/http"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -80,30 +84,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return err
 	}
 	keySecret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.SigningKeySecret}
-	if err := signingkey.New(keySecret, opts.SigningKeyActivation, keys, keyChanges).SetupWithManager(mgr); err != nil {
+	keyKeeper := signingkey.New(keySecret, opts.SigningKeyActivation, keys, keyChanges)
+	keyKeeper.LoadOnly = !opts.Component.Controls()
+	if err := keyKeeper.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := addFleetControllers(ctx, mgr, opts, keys, engines, keyChanges); err != nil {
-		return err
-	}
-	if err := addAdminAPI(mgr, opts); err != nil {
-		return err
-	}
-	tlsConfig, published, err := setUpCertificates(mgr, opts, log)
-	if err != nil {
-		return err
-	}
-	if opts.Elected != nil {
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			opts.Elected() // runnables that need leader election start only once elected
-			<-ctx.Done()
-			return nil
-		})); err != nil {
-			return err
-		}
-	}
-	server := newWebhookServer(mgr, opts, tlsConfig, engines, keys, log)
-	server.Ready = func() error {
+	ready := func() error {
 		select {
 		case <-compiler.Loaded():
 		default:
@@ -113,15 +99,54 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			return fmt.Errorf("waiting for a signing key in Secret %s (Opaque, labelled %s=%s; the log says what is wrong)",
 				keySecret, v1alpha1.LabelManagedBy, v1alpha1.ManagedBy)
 		}
-		return published(ctx)
+		return nil
 	}
-	if err := mgr.Add(server); err != nil {
-		return err
+	if opts.Component.Controls() {
+		if err := addFleetControllers(ctx, mgr, opts, keys, engines, keyChanges); err != nil {
+			return err
+		}
+		if err := addAdminAPI(mgr, opts); err != nil {
+			return err
+		}
+		if err := publishCertificates(mgr, opts, log); err != nil {
+			return err
+		}
+		if opts.Elected != nil {
+			if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+				opts.Elected() // runnables that need leader election start only once elected
+				<-ctx.Done()
+				return nil
+			})); err != nil {
+				return err
+			}
+		}
+	}
+	if opts.Component.Serves() {
+		tlsConfig, published, err := serveCertificates(mgr, opts)
+		if err != nil {
+			return err
+		}
+		server := newWebhookServer(mgr, opts, tlsConfig, engines, keys, log)
+		loaded := ready
+		server.Ready = func() error {
+			if err := loaded(); err != nil {
+				return err
+			}
+			return published(ctx)
+		}
+		if err := mgr.Add(server); err != nil {
+			return err
+		}
+		ready = server.Readiness
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("webhook", func(*http.Request) error { return server.Readiness() }); err != nil {
+	check := "controller"
+	if opts.Component.Serves() {
+		check = "webhook"
+	}
+	if err := mgr.AddReadyzCheck(check, func(*http.Request) error { return ready() }); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)
@@ -159,12 +184,32 @@ func managerOptions(opts Options) ctrl.Options {
 			&rbacv1.RoleBinding{}:        {Label: managedSelector},
 			// Any tenant can label a Secret as the operator's: metadata
 			// only, slimmed, a few hundred bytes whatever the Secret holds.
-			secrets.Meta(): {Label: managedSelector, Transform: secrets.Slim},
+			secrets.Meta(): secretsCache(opts),
+			// The operator's own configurations and policy, by name, so that
+			// RBAC can grant their list and watch by resourceNames.
+			&admissionv1.MutatingWebhookConfiguration{}:     byName(opts.WebhookConfigName),
+			&admissionv1.ValidatingWebhookConfiguration{}:   byName(opts.ValidatingConfigName),
+			&admissionv1.ValidatingAdmissionPolicy{}:        byName(webhookconfig.AuthorPolicyName),
+			&admissionv1.ValidatingAdmissionPolicyBinding{}: byName(webhookconfig.AuthorPolicyName),
 		}},
 		// A Secret read through the client goes to the apiserver: never an
 		// informer that would cache every labelled Secret in full.
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 	}
+}
+
+func byName(name string) cache.ByObject {
+	return cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", name)}
+}
+
+// secretsCache is what the cache holds of Secrets: the webhook reads only
+// its own namespace's, the signing key and its certificate.
+func secretsCache(opts Options) cache.ByObject {
+	c := cache.ByObject{Label: managedSelector, Transform: secrets.Slim}
+	if !opts.Component.Controls() {
+		c.Namespaces = map[string]cache.Config{opts.Namespace: {}}
+	}
+	return c
 }
 
 // addFleetControllers adds the controllers that follow the injected pods

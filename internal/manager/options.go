@@ -20,6 +20,9 @@ import (
 // Options configure the manager started by `sidecar-operator run`: set what
 // the flags say, then Complete derives the rest and Validate checks it.
 type Options struct {
+	// Component is what this process runs: the webhook, the controllers,
+	// or both (the default, for runs outside a cluster).
+	Component Component
 	// InCluster says the operator runs in a pod: the webhook is reached
 	// through ServiceName in Namespace, which defaults to PodNamespace.
 	// Outside, it is reached at WebhookURL and Namespace is created.
@@ -120,6 +123,32 @@ type Options struct {
 	SeveralInProcess bool
 }
 
+// Component is what one process of the operator runs. In a cluster the
+// install runs each apart, under an identity of its own: the webhook, which
+// the whole cluster can reach, holds no grant, and the controllers, which
+// grant, serve only probes and metrics.
+type Component string
+
+// Components.
+const (
+	// ComponentAll runs both in one process, under one identity.
+	ComponentAll Component = "all"
+	// ComponentWebhook serves the webhooks on every replica, reading the
+	// Sidecars, namespaces, the signing key and its certificate, and
+	// writing nothing but Events.
+	ComponentWebhook Component = "webhook"
+	// ComponentController runs the controllers, one replica elected: the
+	// grants, pull secret copies, status, the signing key, the certificate
+	// and the webhook configurations.
+	ComponentController Component = "controller"
+)
+
+// Serves reports whether the component serves the webhook.
+func (c Component) Serves() bool { return c != ComponentController }
+
+// Controls reports whether the component runs the controllers.
+func (c Component) Controls() bool { return c != ComponentWebhook }
+
 // CertMode says who makes the webhook's serving certificate.
 type CertMode string
 
@@ -136,6 +165,12 @@ const DefaultNamespace = "sidecar-operator-system"
 // Complete fills in defaults and derives the webhook's target and names.
 // Targets and hosts already set are kept, as tests set them.
 func (o *Options) Complete() error {
+	if o.Component == "" {
+		o.Component = ComponentAll
+	}
+	if !o.Component.Controls() {
+		o.LeaderElection = false // every webhook replica serves; none leads
+	}
 	if o.CertMode == "" {
 		o.CertMode = CertModeSelf
 	}
@@ -200,6 +235,11 @@ func (o *Options) Complete() error {
 
 // Validate checks completed options, naming the flag at fault.
 func (o *Options) Validate() error {
+	switch o.Component {
+	case ComponentAll, ComponentController, ComponentWebhook:
+	default:
+		return fmt.Errorf("--component: want all, webhook or controller, got %q", o.Component)
+	}
 	switch o.FailurePolicy {
 	case admissionv1.Fail, admissionv1.Ignore:
 	default:
@@ -211,7 +251,8 @@ func (o *Options) Validate() error {
 			return errors.New("--tls-cert-file is for --cert-mode files or cert-manager")
 		}
 	case CertModeFiles, CertModeCertManager:
-		if o.TLSCertFile == "" || o.TLSKeyFile == "" {
+		// The controllers publish; only the webhook serves the files.
+		if o.Component.Serves() && (o.TLSCertFile == "" || o.TLSKeyFile == "") {
 			return fmt.Errorf("--cert-mode %s needs --tls-cert-file and --tls-private-key-file", o.CertMode)
 		}
 	default:

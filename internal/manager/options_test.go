@@ -42,6 +42,16 @@ func TestOptions(t *testing.T) {
 		{name: "a failure policy", opts: Options{WebhookAddr: ":1", FailurePolicy: "Sometimes"}, wantErr: "--failure-policy"},
 		{name: "a cert mode", opts: Options{WebhookAddr: ":1", CertMode: "magic"}, wantErr: "--cert-mode"},
 		{name: "files without files", opts: Options{WebhookAddr: ":1", CertMode: CertModeFiles}, wantErr: "--tls-cert-file"},
+		{name: "a component", opts: Options{WebhookAddr: ":1", Component: "both"}, wantErr: "--component"},
+		{
+			name: "the webhook elects no leader",
+			opts: Options{WebhookAddr: ":1", Component: ComponentWebhook, LeaderElection: true},
+			check: func(t *testing.T, o *Options) {
+				if o.LeaderElection || !o.Component.Serves() || o.Component.Controls() {
+					t.Errorf("%+v", o)
+				}
+			},
+		},
 		{name: "self with files", opts: Options{WebhookAddr: ":1", TLSCertFile: "c"}, wantErr: "--tls-cert-file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

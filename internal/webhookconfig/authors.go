@@ -16,10 +16,10 @@ import (
 )
 
 // The policy is created if missing, in a cluster too (see
-// EnsureAuthorPolicy), and updated only by name.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies,verbs=update,resourceNames=sidecar-operator-authors
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=update,resourceNames=sidecar-operator-authors
+// EnsureAuthorPolicy), which RBAC cannot scope by name; it is read (the
+// cache lists and watches it by metadata.name) and updated only by name.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=create
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;list;watch;update,resourceNames=sidecar-operator-authors
 
 // AuthorPolicyName names the ValidatingAdmissionPolicy that judges Sidecar
 // authors, and its binding.

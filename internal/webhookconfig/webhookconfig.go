@@ -24,10 +24,10 @@ import (
 // Target.CreatesMissing), so the role, installed there, cannot create one:
 // RBAC cannot scope create by name, and a token that could would register
 // webhooks of any name. Outside a cluster, run with credentials that may.
-// They are updated only by name, so --webhook-config-name needs this changed.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=update,resourceNames=sidecar-operator
+// They are read (the cache lists and watches them by metadata.name) and
+// updated only by name, so --webhook-config-name needs this changed.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update,resourceNames=sidecar-operator
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update,resourceNames=sidecar-operator
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sidecar-operator-system,resources=leases,verbs=get;create;update
 
 // DefaultName names both configurations.

@@ -58,9 +58,10 @@ func runCommandProcess(args string) int {
 // TestHelmChartInstallsAnOperatorThatInjects installs the chart with the Helm
 // SDK, the default values, into a control plane of its own: in the suite's,
 // the suite's operator holds the webhook configurations the chart names.
-// With no kubelet the chart's Deployment never runs, so the test runs `run`
-// with the installed Deployment's arguments, as the chart's ServiceAccount
-// (a token from the TokenRequest API): the chart's RBAC is all it has. Only
+// With no kubelet the chart's Deployments never run, so the test runs `run`
+// with each installed Deployment's arguments, the webhook's and the
+// controllers', each as its ServiceAccount (a token from the TokenRequest
+// API): the chart's RBAC is all each has. Only
 // what a pod outside the cluster must change is changed: the kubeconfig, the
 // namespace (the downward API's), and loopback addresses, the webhook's
 // registered by URL as `run` does outside a cluster. A pod that a Sidecar
@@ -173,14 +174,31 @@ func TestHelmChartInstallsAnOperatorThatInjects(t *testing.T) {
 	}
 }
 
-// runAsServiceAccount starts `run` in a child process with the arguments of
-// the installed Deployment, as its ServiceAccount, and waits until it is
-// ready. It returns what kills it, which the test's cleanup calls too.
+// runAsServiceAccount starts the installed controllers, then the webhook,
+// each as runDeployment does, the webhook's address given to both: the
+// controllers register it. It returns what kills both.
 func runAsServiceAccount(t *testing.T, c client.Client, host string, caData []byte, namespace string) (stop func()) {
+	t.Helper()
+	webhookAddr, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopControllers := runDeployment(t, c, host, caData, namespace, "sidecar-operator-controller", webhookAddr)
+	stopWebhook := runDeployment(t, c, host, caData, namespace, "sidecar-operator", webhookAddr)
+	return func() {
+		stopWebhook()
+		stopControllers()
+	}
+}
+
+// runDeployment starts `run` in a child process with the arguments of the
+// installed Deployment name, as its ServiceAccount, and waits until it is
+// ready. It returns what kills it, which the test's cleanup calls too.
+func runDeployment(t *testing.T, c client.Client, host string, caData []byte, namespace, name, webhookAddr string) (stop func()) {
 	t.Helper()
 	ctx := context.Background()
 	var d appsv1.Deployment
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "sidecar-operator"}, &d); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &d); err != nil {
 		t.Fatal(err)
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: d.Spec.Template.Spec.ServiceAccountName}}
@@ -207,8 +225,8 @@ func runAsServiceAccount(t *testing.T, c client.Client, host string, caData []by
 	if len(args) == 0 || args[0] != "run" {
 		t.Fatalf("the Deployment's manager runs %v", args)
 	}
-	addrs := make([]string, 3)
-	for i := range addrs {
+	addrs := []string{webhookAddr, "", ""}
+	for i := 1; i < len(addrs); i++ {
 		if addrs[i], err = freeAddr(); err != nil {
 			t.Fatal(err)
 		}

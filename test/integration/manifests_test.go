@@ -57,12 +57,12 @@ func decodeObjects(t *testing.T, raw []byte) []*unstructured.Unstructured {
 	return objs
 }
 
-// operatorPod is a pod of the rendered Deployment's template, as its
+// operatorPod is a pod of the rendered Deployment name's template, as its
 // ReplicaSet would create it.
-func operatorPod(t *testing.T, objs []*unstructured.Unstructured) *corev1.Pod {
+func operatorPod(t *testing.T, objs []*unstructured.Unstructured, name string) *corev1.Pod {
 	t.Helper()
 	for _, obj := range objs {
-		if obj.GetKind() != "Deployment" {
+		if obj.GetKind() != "Deployment" || obj.GetName() != name {
 			continue
 		}
 		var d appsv1.Deployment
@@ -74,7 +74,7 @@ func operatorPod(t *testing.T, objs []*unstructured.Unstructured) *corev1.Pod {
 			Spec:       d.Spec.Template.Spec,
 		}
 	}
-	t.Fatal("no Deployment in the manifests")
+	t.Fatalf("no Deployment %s in the manifests", name)
 	return nil
 }
 
@@ -114,7 +114,10 @@ func TestManifestsInstall(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]int{"ClusterRole": 2} // the operator's, and sidecar-operator-viewer for its admin port
+	// Two of each for the webhook and the controllers, and
+	// sidecar-operator-viewer for their admin ports.
+	want := map[string]int{"ClusterRole": 3, "ServiceAccount": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2, "Deployment": 2,
+		"Service": 2, "PodDisruptionBudget": 2, "NetworkPolicy": 2}
 	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service",
 		"PodDisruptionBudget", "NetworkPolicy", "ResourceQuota", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "CustomResourceDefinition"} {
 		if n := max(want[kind], 1); kinds[kind] != n {
@@ -126,11 +129,16 @@ func TestManifestsInstall(t *testing.T) {
 		t.Errorf("namespace %+v: %v", ns.Labels, err)
 	}
 
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("namespace labels %v: want Pod Security's restricted profile enforced", ns.Labels)
+	}
+
 	// kube-apiserver's Priority plugin admits system-cluster-critical outside
-	// kube-system, and resolves its value.
-	pod := operatorPod(t, objs)
+	// kube-system, and resolves its value; Pod Security admits both
+	// components' pods under the restricted profile.
+	pod := operatorPod(t, objs, "sidecar-operator")
 	if err := k8s.Create(ctx, pod, client.DryRunAll); err != nil {
-		t.Fatalf("a pod of the Deployment: %v", err)
+		t.Fatalf("a pod of the webhook's Deployment: %v", err)
 	}
 	var class schedulingv1.PriorityClass
 	if err := k8s.Get(ctx, client.ObjectKey{Name: pod.Spec.PriorityClassName}, &class); err != nil {
@@ -138,6 +146,16 @@ func TestManifestsInstall(t *testing.T) {
 	}
 	if pod.Spec.Priority == nil || *pod.Spec.Priority != class.Value {
 		t.Errorf("pod priority %v, want %s's %d", pod.Spec.Priority, class.Name, class.Value)
+	}
+	if err := k8s.Create(ctx, operatorPod(t, objs, "sidecar-operator-controller"), client.DryRunAll); err != nil {
+		t.Errorf("a pod of the controllers' Deployment: %v", err)
+	}
+	// What the restricted profile refuses is refused there: the label is
+	// enforced, not decoration.
+	privileged := operatorPod(t, objs, "sidecar-operator-controller")
+	privileged.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = new(true)
+	if err := k8s.Create(ctx, privileged, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "violates PodSecurity") {
+		t.Errorf("a pod that escalates privileges in the operator's namespace: %v, want refused by Pod Security", err)
 	}
 }
 
@@ -182,7 +200,7 @@ plugins:
 		t.Fatal(err)
 	}
 	objs := renderedObjects(t, "no-quota")
-	err = c.Create(ctx, operatorPod(t, objs), client.DryRunAll)
+	err = c.Create(ctx, operatorPod(t, objs, "sidecar-operator"), client.DryRunAll)
 	if err == nil || !strings.Contains(err.Error(), "insufficient quota to match these scopes") {
 		t.Fatalf("a critical pod in a namespace without a quota: %v, want insufficient quota", err)
 	}
@@ -197,7 +215,7 @@ plugins:
 		}
 	}
 	eventually(t, 10*time.Second, func() error {
-		if err := c.Create(ctx, operatorPod(t, objs), client.DryRunAll); err != nil {
+		if err := c.Create(ctx, operatorPod(t, objs, "sidecar-operator"), client.DryRunAll); err != nil {
 			return fmt.Errorf("a pod of the Deployment beside the manifests' quota: %w", err)
 		}
 		return nil

