@@ -82,12 +82,12 @@ done_step
 # The apiserver presents the client certificate hack/control-plane.sh made
 # for it to every webhook (clientAuth); it reaches the Service's ready
 # endpoints (--enable-aggregator-routing).
-step "helm install charts/sidecar-operator (2 replicas)"
+step "helm install charts/sidecar-operator (webhook and controllers, 2 replicas each)"
 "$helm" install sidecar-operator charts/sidecar-operator --namespace "$operator_ns" --create-namespace \
   --set image.repository="${image%:*}",image.tag="${image##*:}" \
   --set clientAuth=true --set-file clientCA=.local/pki/webhook-client-ca.crt --wait --timeout 3m >> "$log"
 done_step
-api "/api/v1/namespaces/$operator_ns/pods" | jq -r '.items[] | "   pod \(.metadata.namespace)/\(.metadata.name): \(.status.phase), ready \([.status.containerStatuses[] | select(.ready)] | length)/\(.status.containerStatuses | length), image \(.spec.containers[0].image), IP \(.status.podIP)"'
+api "/api/v1/namespaces/$operator_ns/pods" | jq -r '.items[] | "   pod \(.metadata.name) (\(.spec.serviceAccountName)): \(.status.phase), ready \([.status.containerStatuses[] | select(.ready)] | length)/\(.status.containerStatuses | length), image \(.spec.containers[0].image), IP \(.status.podIP)"'
 api "/apis/coordination.k8s.io/v1/namespaces/$operator_ns/leases/sidecar-operator-leader" | jq -r '"   leader: \(.spec.holderIdentity | split("_")[0])"'
 api /apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sidecar-operator | jq -r '.webhooks[] | "   webhook \(.name): Service \(.clientConfig.service.namespace)/\(.clientConfig.service.name):\(.clientConfig.service.port)\(.clientConfig.service.path), caBundle \(.clientConfig.caBundle | length) bytes, failurePolicy \(.failurePolicy)"'
 api "/apis/discovery.k8s.io/v1/namespaces/$operator_ns/endpointslices?labelSelector=kubernetes.io/service-name=sidecar-operator" | jq -r '"   its endpoints: \([.items[].endpoints[] | "\(.addresses[0]) ready=\(.conditions.ready)"] | join(", "))"'

@@ -22,6 +22,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/leaderelection"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -62,6 +63,7 @@ func TestDayTwo(t *testing.T) {
 		{"helm upgrade from the previous commit", testUpgrade},
 		{"helm upgrade of this commit", testUpgradeInPlace},
 		{"the leader SIGKILLed", testLeaderKilled},
+		{"a webhook replica SIGKILLed", testWebhookReplicaKilled},
 		{"rotate=ca", testRotateCA},
 		{"uninstall", testUninstall},
 	}
@@ -197,7 +199,7 @@ func upgradeTo(t *testing.T, l *podLoop, from release, more ...string) tally {
 				return fmt.Errorf("pod %s: %s, ready %v", p.Name, p.Spec.Containers[0].Image, ready(p))
 			}
 		}
-		if len(pods) != 2 {
+		if len(pods) != operatorReplicas {
 			return fmt.Errorf("%d pods", len(pods))
 		}
 		return nil
@@ -210,8 +212,8 @@ func upgradeTo(t *testing.T, l *podLoop, from release, more ...string) tally {
 }
 
 // testLeaderKilled SIGKILLs the leader's container through containerd, as a
-// node failure would: no pod is missed; creates routed to the dead
-// endpoint before the kubelet marks it unready may fail; grants and status
+// node failure would. The leader is a controller: no webhook endpoint goes
+// with it, so no create fails and none is missed; grants and status
 // converge under the new leader, which takes the lease within
 // maxLeaderHandover.
 func testLeaderKilled(t *testing.T, l *podLoop) {
@@ -226,14 +228,9 @@ func testLeaderKilled(t *testing.T, l *podLoop) {
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: leader}, &pod); err != nil {
 		t.Fatalf("the leader %s: %v", leader, err)
 	}
-	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
 	l.reset()
-	unready := make(chan time.Duration, 1)
-	go func() { unready <- untilUnready(pod.Status.PodIP) }()
 	killed := time.Now()
-	if out, err := exec.Command("ctr", "--address", containerd, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).CombinedOutput(); err != nil {
-		t.Fatalf("ctr tasks kill: %v: %s", err, out)
-	}
+	killContainer(t, &pod)
 	var moved time.Duration
 	eventually(t, 60*time.Second, "another pod to take the lease", func() error {
 		if h := leaseHolder(t); h == leader || h == "" {
@@ -243,14 +240,14 @@ func testLeaderKilled(t *testing.T, l *podLoop) {
 		return nil
 	})
 	newLeader := leaseHolder(t)
-	eventually(t, 90*time.Second, "both replicas ready again", func() error {
+	eventually(t, 90*time.Second, "every replica ready again", func() error {
 		n := 0
 		for _, p := range operatorPods(t) {
 			if ready(p) {
 				n++
 			}
 		}
-		if n != 2 {
+		if n != operatorReplicas {
 			return fmt.Errorf("%d ready", n)
 		}
 		return nil
@@ -271,14 +268,61 @@ func testLeaderKilled(t *testing.T, l *podLoop) {
 		return nil
 	})
 	counts := l.take()
-	t.Logf("SIGKILL of the leader %s: the lease moved to %s after %s (bound %s); both replicas ready again, grants and status converged %s after the kill",
+	t.Logf("SIGKILL of the leader %s: the lease moved to %s after %s (bound %s); every replica ready again, grants and status converged %s after the kill",
 		leader, newLeader, moved.Round(time.Millisecond), maxLeaderHandover, time.Since(killed).Round(time.Millisecond))
-	t.Logf("SIGKILL of the leader: %s; the killed replica's endpoint was ready for %s after the kill", counts, (<-unready).Round(time.Millisecond))
+	t.Logf("SIGKILL of the leader: %s", counts)
 	if moved > maxLeaderHandover {
 		t.Errorf("leadership moved after %s, over %s", moved, maxLeaderHandover)
 	}
+	if counts.failed > 0 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
+		t.Errorf("SIGKILL: %s", counts)
+	}
+}
+
+// testWebhookReplicaKilled SIGKILLs one webhook replica's container: no pod
+// is missed; creates routed to the dead endpoint before the kubelet marks it
+// unready may fail.
+func testWebhookReplicaKilled(t *testing.T, l *podLoop) {
+	var victim *corev1.Pod
+	for _, p := range operatorPods(t) {
+		if p.Labels["app.kubernetes.io/name"] == "sidecar-operator" {
+			victim = &p
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatal("no webhook replica")
+	}
+	l.reset()
+	unready := make(chan time.Duration, 1)
+	go func() { unready <- untilUnready(victim.Status.PodIP) }()
+	killContainer(t, victim)
+	eventually(t, 90*time.Second, "every replica ready again", func() error {
+		n := 0
+		for _, p := range operatorPods(t) {
+			if ready(p) {
+				n++
+			}
+		}
+		if n != operatorReplicas {
+			return fmt.Errorf("%d ready", n)
+		}
+		return nil
+	})
+	l.waitCreated(t, 20)
+	counts := l.take()
+	t.Logf("SIGKILL of the webhook replica %s: %s; its endpoint was ready for %s after the kill", victim.Name, counts, (<-unready).Round(time.Millisecond))
 	if counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
 		t.Errorf("SIGKILL: %s", counts)
+	}
+}
+
+// killContainer SIGKILLs the pod's first container through containerd.
+func killContainer(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	if out, err := exec.Command("ctr", "--address", containerd, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).CombinedOutput(); err != nil {
+		t.Fatalf("ctr tasks kill: %v: %s", err, out)
 	}
 }
 
@@ -408,15 +452,24 @@ func describeOperator(t *testing.T, r release) {
 	t.Logf("operator pods: %s; webhook at Service %s/%s:%d%s", strings.Join(lines, "; "), svc.Namespace, svc.Name, *svc.Port, *svc.Path)
 }
 
+// operatorPods are the pods of the webhook and of the controllers (a
+// previous commit's, which ran both in one, are the webhook's).
 func operatorPods(t *testing.T) []corev1.Pod {
 	t.Helper()
 	var pods corev1.PodList
-	if err := k8s.List(context.Background(), &pods, client.InNamespace(operatorNamespace),
-		client.MatchingLabels{"app.kubernetes.io/name": "sidecar-operator"}); err != nil {
+	components, err := labels.Parse("app.kubernetes.io/name in (sidecar-operator, sidecar-operator-controller)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(operatorNamespace), client.MatchingLabelsSelector{Selector: components}); err != nil {
 		t.Fatal(err)
 	}
 	return pods.Items
 }
+
+// operatorReplicas is how many pods operatorPods finds once an install of
+// this commit has rolled: two of each Deployment.
+const operatorReplicas = 4
 
 func ready(p corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
