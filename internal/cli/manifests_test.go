@@ -2,7 +2,9 @@ package cli
 
 import (
 	"bytes"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
@@ -75,7 +78,7 @@ func TestManifestsTakeTheirFlags(t *testing.T) {
 // install is the rendered manifests, parsed: the webhook's Deployment and
 // NetworkPolicy, and the controllers'.
 type install struct {
-	deployment, controller appsv1.Deployment
+	deployment, controller   appsv1.Deployment
 	policy, controllerPolicy networkingv1.NetworkPolicy
 	quotas                   []corev1.ResourceQuota
 }
@@ -450,5 +453,44 @@ func TestManifestsAreWrittenForTheirNamespaceAndFailurePolicy(t *testing.T) {
 				t.Errorf("failure policy %s, operator's args %v", policy, args)
 			}
 		})
+	}
+}
+
+// TestConfigDefaultNeedsAnImage: kubectl apply -k config/default alone
+// builds nothing, rather than install Fail webhooks in front of an image
+// no registry serves; manifests writes the config/image it needs.
+func TestConfigDefaultNeedsAnImage(t *testing.T) {
+	mem, err := configTree(configNamespace, webhookconfig.DefaultFailurePolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := krusty.MakeDefaultOptions()
+	opts.Reorder = krusty.ReorderOptionUnspecified // the kustomization's sortOptions decide
+	_, err = krusty.MakeKustomizer(opts).Run(mem, "/config/default")
+	if err == nil || !strings.Contains(err.Error(), "/config/image") {
+		t.Errorf("building config/default without config/image: %v, want an error naming it", err)
+	}
+	example, err := os.ReadFile(filepath.Join("..", "..", "config", "image.example", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.WriteFile("/config/image/kustomization.yaml", example); err != nil {
+		t.Fatal(err)
+	}
+	built, err := krusty.MakeKustomizer(opts).Run(mem, "/config/default")
+	if err != nil {
+		t.Fatalf("with config/image.example as config/image: %v", err)
+	}
+	for _, r := range built.Resources() {
+		if r.GetKind() != "Deployment" {
+			continue
+		}
+		out, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(out), "image: registry.example.com/sidecar-operator:v1") {
+			t.Errorf("Deployment %s does not run the image config/image names:\n%s", r.GetName(), out)
+		}
 	}
 }

@@ -174,15 +174,15 @@ func testUpgrade(t *testing.T, l *podLoop) {
 // testUpgradeInPlace rolls this commit's replicas with a changed value:
 // no create fails, none is missed.
 func testUpgradeInPlace(t *testing.T, l *podLoop) {
-	counts := upgradeTo(t, l, current, "--reuse-values", "--set", "resources.requests.cpu=120m")
+	counts := upgradeTo(t, l, current, "--reuse-values", "--set", "resources.requests.cpu=120m,controller.resources.requests.cpu=120m")
 	if counts.failed > 0 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
 		t.Errorf("helm upgrade: %s", counts)
 	}
 }
 
 // upgradeTo runs helm upgrade to this commit's chart and image and waits
-// until both replicas run it, the old ones gone; it returns the loop's
-// counts meanwhile.
+// until every replica of the webhook and the controllers runs it, the old
+// ones gone; it returns the loop's counts meanwhile.
 func upgradeTo(t *testing.T, l *podLoop, from release, more ...string) tally {
 	t.Helper()
 	before := map[string]bool{}
