@@ -16,6 +16,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -23,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/leaderelection"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,6 +67,7 @@ func TestDayTwo(t *testing.T) {
 		{"the leader SIGKILLed", testLeaderKilled},
 		{"a webhook replica SIGKILLed", testWebhookReplicaKilled},
 		{"rotate=ca", testRotateCA},
+		{"every replica down", testEveryReplicaDown},
 		{"uninstall", testUninstall},
 	}
 	for _, s := range steps {
@@ -223,7 +226,7 @@ func testLeaderKilled(t *testing.T, l *podLoop) {
 	createAgentPod(t, grantNS)
 	waitGrant(t, grantNS)
 
-	leader := leaseHolder(t)
+	leader, process := leaseHolder(t)
 	var pod corev1.Pod
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: leader}, &pod); err != nil {
 		t.Fatalf("the leader %s: %v", leader, err)
@@ -232,14 +235,14 @@ func testLeaderKilled(t *testing.T, l *podLoop) {
 	killed := time.Now()
 	killContainer(t, &pod)
 	var moved time.Duration
-	eventually(t, 60*time.Second, "another pod to take the lease", func() error {
-		if h := leaseHolder(t); h == leader || h == "" {
+	eventually(t, 60*time.Second, "another process to take the lease (the other replica, or the killed one restarted)", func() error {
+		if _, h := leaseHolder(t); h == process || h == "" {
 			return fmt.Errorf("held by %q", h)
 		}
 		moved = time.Since(killed)
 		return nil
 	})
-	newLeader := leaseHolder(t)
+	newLeader, _ := leaseHolder(t)
 	eventually(t, 90*time.Second, "every replica ready again", func() error {
 		n := 0
 		for _, p := range operatorPods(t) {
@@ -283,16 +286,11 @@ func testLeaderKilled(t *testing.T, l *podLoop) {
 // is missed; creates routed to the dead endpoint before the kubelet marks it
 // unready may fail.
 func testWebhookReplicaKilled(t *testing.T, l *podLoop) {
-	var victim *corev1.Pod
-	for _, p := range operatorPods(t) {
-		if p.Labels["app.kubernetes.io/name"] == "sidecar-operator" {
-			victim = &p
-			break
-		}
-	}
-	if victim == nil {
+	pods := webhookPods(t)
+	if len(pods) == 0 {
 		t.Fatal("no webhook replica")
 	}
+	victim := &pods[0]
 	l.reset()
 	unready := make(chan time.Duration, 1)
 	go func() { unready <- untilUnready(victim.Status.PodIP) }()
@@ -320,9 +318,120 @@ func testWebhookReplicaKilled(t *testing.T, l *podLoop) {
 // killContainer SIGKILLs the pod's first container through containerd.
 func killContainer(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
-	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	killContainerID(t, pod.Status.ContainerStatuses[0].ContainerID)
+}
+
+func killContainerID(t *testing.T, containerID string) {
+	t.Helper()
+	id := strings.TrimPrefix(containerID, "containerd://")
 	if out, err := exec.Command("ctr", "--address", containerd, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).CombinedOutput(); err != nil {
 		t.Fatalf("ctr tasks kill: %v: %s", err, out)
+	}
+}
+
+// testEveryReplicaDown scales both Deployments to 0 and shows what still
+// works: a kubelet reports the status of an injected pod (its app
+// container killed and restarted), and a pod in a namespace no Sidecar
+// selects is created; a pod a Sidecar selects is refused, naming the
+// webhook. Scaled back, the loop's pods are injected again.
+func testEveryReplicaDown(t *testing.T, l *podLoop) {
+	ctx := context.Background()
+	running := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: l.ns, Name: "running", Labels: map[string]string{"day2": "loop"}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64(2)),
+			Containers:                    []corev1.Container{{Name: "app", Image: appImage, Args: []string{"-interval", "200ms"}}},
+		},
+	}
+	if err := k8s.Create(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	if len(inject.InjectedSidecars(running.Annotations)) == 0 {
+		t.Fatalf("pod %s created without its sidecar", running.Name)
+	}
+	eventually(t, 60*time.Second, "the injected pod to run", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(running), running); err != nil {
+			return err
+		}
+		if !ready(*running) {
+			return fmt.Errorf("phase %s", running.Status.Phase)
+		}
+		return nil
+	})
+	unselected := newNamespaceLabelled(t, "day2-unselected", nil)
+
+	scale(t, 0)
+	down := time.Now()
+	eventually(t, 90*time.Second, "no replica left", func() error {
+		if pods := operatorPods(t); len(pods) > 0 {
+			return fmt.Errorf("%d pods", len(pods))
+		}
+		return nil
+	})
+	l.reset()
+	// The kubelet writes pods/status when the app container restarts.
+	app := appContainer(t, running)
+	killContainerID(t, app.ContainerID)
+	eventually(t, 60*time.Second, "the kubelet to report the app's restart", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(running), running); err != nil {
+			return err
+		}
+		if c := appContainer(t, running); c.RestartCount == app.RestartCount {
+			return fmt.Errorf("restartCount %d", c.RestartCount)
+		}
+		return nil
+	})
+	plain := gatedPod(unselected, "plain", map[string]string{"day2": "loop"})
+	if err := k8s.Create(ctx, plain); err != nil {
+		t.Errorf("a pod in a namespace no Sidecar selects, every replica down: %v", err)
+	}
+	refused := gatedPod(l.ns, "refused", map[string]string{"day2": "loop"})
+	err := k8s.Create(ctx, refused)
+	if err == nil || !strings.Contains(err.Error(), `failed calling webhook "inject.sidecar-operator.io"`) {
+		t.Errorf("a pod a Sidecar selects, every replica down: %v, want refused by the webhook's failurePolicy Fail", err)
+	}
+	l.waitCreated(t, 20)
+	whileDown := l.take()
+	t.Logf("every replica down (%s after scaling to 0): the kubelet reported the injected pod's restart; a pod in a namespace no Sidecar "+
+		"selects created; a selected one refused: %v; the loop meanwhile: %s", time.Since(down).Round(time.Millisecond), shortenErr(err), whileDown)
+
+	scale(t, 2)
+	l.reset()
+	back := time.Now()
+	l.waitInjected(t, 2*time.Minute)
+	t.Logf("scaled back to 2 each: the first injected pod after %s", time.Since(back).Round(time.Millisecond))
+	if whileDown.injected > 0 || whileDown.missed > 0 {
+		t.Errorf("while every replica was down: %s, want every selected pod refused", whileDown)
+	}
+}
+
+func appContainer(t *testing.T, pod *corev1.Pod) corev1.ContainerStatus {
+	t.Helper()
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.Name == "app" {
+			return c
+		}
+	}
+	t.Fatalf("pod %s has no app container status", pod.Name)
+	return corev1.ContainerStatus{}
+}
+
+func shortenErr(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return shorten(err.Error())
+}
+
+// scale sets both Deployments' replicas.
+func scale(t *testing.T, replicas int32) {
+	t.Helper()
+	for _, name := range []string{"sidecar-operator", "sidecar-operator-controller"} {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: name}}
+		patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)
+		if err := k8s.Patch(context.Background(), d, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -364,8 +473,8 @@ func testRotateCA(t *testing.T, l *podLoop) {
 		leaf = l
 		return nil
 	})
-	eventually(t, time.Minute, "every replica to serve the new certificate", func() error {
-		for _, p := range operatorPods(t) {
+	eventually(t, time.Minute, "every webhook replica to serve the new certificate", func() error {
+		for _, p := range webhookPods(t) {
 			served, err := servedLeaf(p.Status.PodIP)
 			if err != nil {
 				return err
@@ -467,6 +576,12 @@ func operatorPods(t *testing.T) []corev1.Pod {
 	return pods.Items
 }
 
+// webhookPods are the pods of operatorPods that serve the webhook.
+func webhookPods(t *testing.T) []corev1.Pod {
+	t.Helper()
+	return slices.DeleteFunc(operatorPods(t), func(p corev1.Pod) bool { return p.Labels["app.kubernetes.io/name"] != "sidecar-operator" })
+}
+
 // operatorReplicas is how many pods operatorPods finds once an install of
 // this commit has rolled: two of each Deployment.
 const operatorReplicas = 4
@@ -480,18 +595,20 @@ func ready(p corev1.Pod) bool {
 	return false
 }
 
-func leaseHolder(t *testing.T) string {
+// leaseHolder is the pod that leads, and the identity of its process:
+// controller-runtime's is <hostname>_<uuid>, the hostname the pod's name. A
+// container restarted in its pod is another process of the same pod.
+func leaseHolder(t *testing.T) (pod, identity string) {
 	t.Helper()
 	var lease coordinationv1.Lease
 	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: leaseName}, &lease); err != nil {
 		t.Fatal(err)
 	}
 	if lease.Spec.HolderIdentity == nil {
-		return ""
+		return "", ""
 	}
-	// controller-runtime's identity is <hostname>_<uuid>; the hostname is the pod's name.
-	holder, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
-	return holder
+	pod, _, _ = strings.Cut(*lease.Spec.HolderIdentity, "_")
+	return pod, *lease.Spec.HolderIdentity
 }
 
 func managedRoleBindings(t *testing.T) int {
@@ -538,8 +655,9 @@ func shipper() *v1alpha1.Sidecar {
 	return &v1alpha1.Sidecar{
 		ObjectMeta: metav1.ObjectMeta{Name: loopSidecar},
 		Spec: v1alpha1.SidecarSpec{
-			Selector:   &metav1.LabelSelector{MatchLabels: map[string]string{"day2": "loop"}},
-			Containers: []corev1.Container{{Name: "shipper", Image: "sidecar-operator.test/logshipper:dev"}},
+			Selector:          &metav1.LabelSelector{MatchLabels: map[string]string{"day2": "loop"}},
+			NamespaceSelector: selected,
+			Containers:        []corev1.Container{{Name: "shipper", Image: "sidecar-operator.test/logshipper:dev"}},
 		},
 	}
 }
@@ -548,8 +666,9 @@ func agent() *v1alpha1.Sidecar {
 	return &v1alpha1.Sidecar{
 		ObjectMeta: metav1.ObjectMeta{Name: agentSidecar},
 		Spec: v1alpha1.SidecarSpec{
-			Selector:   &metav1.LabelSelector{MatchLabels: map[string]string{"day2": "agent"}},
-			Containers: []corev1.Container{{Name: "agent", Image: "sidecar-operator.test/xxl-agent:dev"}},
+			Selector:          &metav1.LabelSelector{MatchLabels: map[string]string{"day2": "agent"}},
+			NamespaceSelector: selected,
+			Containers:        []corev1.Container{{Name: "agent", Image: "sidecar-operator.test/xxl-agent:dev"}},
 			RBAC: &v1alpha1.SidecarRBAC{Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 			}},
@@ -605,9 +724,18 @@ func gatedPod(ns, name string, labels map[string]string) *corev1.Pod {
 	}
 }
 
+// selected selects the namespaces newNamespace makes for the Sidecars;
+// others no Sidecar selects, so the webhook is not called for their pods.
+var selected = &metav1.LabelSelector{MatchLabels: map[string]string{"day2": "selected"}}
+
 func newNamespace(t *testing.T, prefix string) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	return newNamespaceLabelled(t, prefix, selected.MatchLabels)
+}
+
+func newNamespaceLabelled(t *testing.T, prefix string, labels map[string]string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
