@@ -44,7 +44,7 @@ default one is self-signed at each start, with no CA file to give: over
 kubectl port-forward, whose leg to the cluster the apiserver secures,
 --insecure-skip-tls-verify leaves only the loopback hop to kubectl unverified.
 
-  kubectl -n sidecar-operator-system port-forward svc/sidecar-operator 8443:admin &
+  kubectl -n sidecar-operator-system port-forward svc/sidecar-operator-controller 8443:admin &
   sidecar-operator dashboard --url https://127.0.0.1:8443 --insecure-skip-tls-verify \
       --token "$(kubectl create token my-viewer)"
   # then open the http://127.0.0.1:8001/<secret>/ URL it prints`,
