@@ -145,12 +145,19 @@ func testUninstall(t *testing.T, l *podLoop) {
 }
 
 // testUpgrade installs the previous commit's chart and image, then helm
-// upgrade to this one with a changed value: none is missed. The old
-// replicas drain as the previous commit does, closing their idle
-// keep-alive connections as the drain begins; a review the apiserver
-// writes on one at that moment fails, unretried
-// (kubernetes/kubernetes#127335). Those alone may fail, a few at most;
-// this commit's drain leaves idle connections to the client, and
+// upgrade to this one with a changed value: none is missed. Creates may
+// fail only on a connection to one of the previous commit's replicas, and
+// at most one in ten:
+//   - they drain as that commit does, closing their idle keep-alive
+//     connections as the drain begins; a review the apiserver writes on one
+//     at that moment fails, unretried (kubernetes/kubernetes#127335);
+//   - that commit ran webhook and controllers as one, under ServiceAccount
+//     sidecar-operator, which this chart no longer has: helm deletes it,
+//     and its roles, as the upgrade begins, so its leader fails to renew its
+//     lease and exits, and the apiserver is refused while its container
+//     restarts, until the kubelet's probe takes it out of the Service.
+//
+// This commit's drain leaves idle connections to the client, and
 // testUpgradeInPlace holds it to none.
 func testUpgrade(t *testing.T, l *podLoop) {
 	if previous.image == "" {
@@ -162,14 +169,20 @@ func testUpgrade(t *testing.T, l *podLoop) {
 	l.reset()
 	l.waitInjected(t, 60*time.Second)
 	describeOperator(t, previous)
+	var old []string
+	for _, p := range operatorPods(t) {
+		old = append(old, p.Status.PodIP+":9443: ")
+	}
 	counts := upgradeTo(t, l, previous, "--set", "resources.requests.cpu=110m")
-	closedUnderIt := 0
+	onOld := 0
 	for msg, n := range counts.failures {
-		if strings.HasSuffix(msg, "write: broken pipe") || strings.HasSuffix(msg, "read: connection reset by peer") {
-			closedUnderIt += n
+		if slices.ContainsFunc(old, func(addr string) bool { return strings.Contains(msg, addr) }) &&
+			(strings.HasSuffix(msg, "write: broken pipe") || strings.HasSuffix(msg, "read: connection reset by peer") ||
+				strings.HasSuffix(msg, "connect: connection refused")) {
+			onOld += n
 		}
 	}
-	if counts.failed > closedUnderIt || closedUnderIt > 3 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
+	if counts.failed > onOld || onOld*10 > counts.created || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
 		t.Errorf("helm upgrade: %s", counts)
 	}
 }
