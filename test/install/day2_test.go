@@ -256,18 +256,7 @@ func testLeaderKilled(t *testing.T, l *podLoop) {
 		return nil
 	})
 	newLeader, _ := leaseHolder(t)
-	eventually(t, 90*time.Second, "every replica ready again", func() error {
-		n := 0
-		for _, p := range operatorPods(t) {
-			if ready(p) {
-				n++
-			}
-		}
-		if n != operatorReplicas {
-			return fmt.Errorf("%d ready", n)
-		}
-		return nil
-	})
+	waitEveryReplicaReady(t)
 	// A grant in a namespace that had none, and the agent's status: the
 	// new leader's controllers.
 	second := newNamespace(t, "day2-grants")
@@ -308,18 +297,7 @@ func testWebhookReplicaKilled(t *testing.T, l *podLoop) {
 	unready := make(chan time.Duration, 1)
 	go func() { unready <- untilUnready(victim.Status.PodIP) }()
 	killContainer(t, victim)
-	eventually(t, 90*time.Second, "every replica ready again", func() error {
-		n := 0
-		for _, p := range operatorPods(t) {
-			if ready(p) {
-				n++
-			}
-		}
-		if n != operatorReplicas {
-			return fmt.Errorf("%d ready", n)
-		}
-		return nil
-	})
+	waitEveryReplicaReady(t)
 	l.waitCreated(t, 20)
 	counts := l.take()
 	t.Logf("SIGKILL of the webhook replica %s: %s; its endpoint was ready for %s after the kill", victim.Name, counts, (<-unready).Round(time.Millisecond))
@@ -587,6 +565,23 @@ func operatorPods(t *testing.T) []corev1.Pod {
 		t.Fatal(err)
 	}
 	return pods.Items
+}
+
+// waitEveryReplicaReady waits until both Deployments' replicas are ready.
+func waitEveryReplicaReady(t *testing.T) {
+	t.Helper()
+	eventually(t, 90*time.Second, "every replica ready again", func() error {
+		n := 0
+		for _, p := range operatorPods(t) {
+			if ready(p) {
+				n++
+			}
+		}
+		if n != operatorReplicas {
+			return fmt.Errorf("%d ready", n)
+		}
+		return nil
+	})
 }
 
 // webhookPods are the pods of operatorPods that serve the webhook.
