@@ -391,6 +391,7 @@ func testEveryReplicaDown(t *testing.T, l *podLoop) {
 	back := time.Now()
 	l.waitInjected(t, 2*time.Minute)
 	t.Logf("scaled back to 2 each: the first injected pod after %s", time.Since(back).Round(time.Millisecond))
+	waitEveryReplicaReady(t)
 	if whileDown.injected > 0 || whileDown.missed > 0 {
 		t.Errorf("while every replica was down: %s, want every selected pod refused", whileDown)
 	}
