@@ -113,7 +113,8 @@ func grantVariables(namespace string) []admissionv1.Variable {
 
 func grantValidations(namespace string) []admissionv1.Validation {
 	forbidden := ptr.To(metav1.StatusReasonForbidden)
-	kindName := "request.resource.resource + ' ' + (request.namespace != '' ? request.namespace + '/' : '') + request.name"
+	// A cluster-scoped request has no namespace.
+	kindName := "request.resource.resource + ' ' + (request.?namespace.orValue('') != '' ? request.namespace + '/' : '') + request.name"
 	return []admissionv1.Validation{
 		{
 			Expression: "!variables.rbac || variables.ours",
