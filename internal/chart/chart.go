@@ -241,8 +241,13 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 	// helm uninstall leaves the CRD, and so every Sidecar; upgrades update it.
 	annotations.fields["helm.sh/resource-policy"] = &node{value: "keep"}
 	// ... and the author policy that judges them, so that no Sidecar is
-	// written unjudged while the operator is uninstalled.
-	for _, id := range []string{"ValidatingAdmissionPolicy/sidecar-operator-authors", "ValidatingAdmissionPolicyBinding/sidecar-operator-authors"} {
+	// written unjudged while the operator is uninstalled; and the grant
+	// policy, which helm would delete first (it deletes kinds it does not
+	// know before the Deployment and its RBAC).
+	for _, id := range []string{
+		"ValidatingAdmissionPolicy/sidecar-operator-authors", "ValidatingAdmissionPolicyBinding/sidecar-operator-authors",
+		"ValidatingAdmissionPolicy/sidecar-operator-grants", "ValidatingAdmissionPolicyBinding/sidecar-operator-grants",
+	} {
 		authors := tree[id]
 		if authors == nil {
 			return nil, fmt.Errorf("the install lacks %s", id)

@@ -25,7 +25,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 
 // IndexInjectedSidecars indexes pods by the Sidecars their status annotation
 // records, so that the RBAC and pull secret controllers read only the pods

@@ -66,8 +66,8 @@ func runCommandProcess(args string) int {
 // namespace (the downward API's), and loopback addresses, the webhook's
 // registered by URL as `run` does outside a cluster. A pod that a Sidecar
 // selects comes back injected. helm uninstall then removes every object of
-// the chart but the CRD and the author policy that judges its Sidecars,
-// which it keeps.
+// the chart but the CRD, the author policy that judges its Sidecars and the
+// grant policy, which it keeps.
 func TestHelmChartInstallsAnOperatorThatInjects(t *testing.T) {
 	const namespace, release = "so-helm", "sidecar-operator"
 	ctx := context.Background()
@@ -166,7 +166,8 @@ func TestHelmChartInstallsAnOperatorThatInjects(t *testing.T) {
 			}
 		case strings.HasPrefix(obj.GetKind(), "ValidatingAdmissionPolicy"):
 			if err != nil {
-				t.Errorf("helm uninstall removed the %s, leaving the Sidecars unjudged: %v", obj.GetKind(), err)
+				t.Errorf("helm uninstall removed the %s %s, which it keeps (the author policy judges the Sidecars it keeps; the grant policy outlives the RBAC it guards): %v",
+					obj.GetKind(), obj.GetName(), err)
 			}
 		case !apierrors.IsNotFound(err):
 			t.Errorf("%s %s after helm uninstall: %v", obj.GetKind(), obj.GetName(), err)

@@ -21,7 +21,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
-// +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars,verbs=get;list;watch
+// +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars,verbs=list;watch
 
 // builds counts compilations of the injection engine: each Sidecar change
 // costs one on every replica, and nothing else should.

@@ -39,8 +39,8 @@ import (
 // binds them: that needs escalate and bind on clusterroles.
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get;list;watch;create;update;delete;bind;escalate
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings;rolebindings,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars,verbs=update;patch
-// +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars/finalizers,verbs=update
+// Finalizers are patched; no ownerReferences point at a Sidecar.
+// +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars,verbs=patch
 
 // FieldManager owns the RBACReady condition in a Sidecar's status; the
 // status controller owns the rest.

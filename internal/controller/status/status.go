@@ -36,9 +36,9 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
-// +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars/status,verbs=patch
 // Events are read back by name: see podEvents.toldBefore.
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=get;create;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=get;create;patch
 
 // Event reasons.
 const (

@@ -1,0 +1,168 @@
+package webhookconfig
+
+import (
+	"fmt"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
+)
+
+const (
+	// GrantPolicyName names the ValidatingAdmissionPolicy that holds the
+	// granting identity to the objects it makes, and its binding.
+	GrantPolicyName = "sidecar-operator-grants"
+	// GrantingServiceAccount is the ServiceAccount, in the operator's
+	// namespace, of the controllers that make grants.
+	GrantingServiceAccount = "sidecar-operator-controller"
+	// grantPrefix starts the name of every RBAC object the operator makes
+	// (rbac.RoleName, rbac.ClusterRoleName).
+	grantPrefix = "sidecar-operator:"
+	// certSecret is run's --cert-secret default.
+	certSecret = "sidecar-operator-certs"
+)
+
+// GrantingUser is the username the apiserver gives the granting identity
+// of an install in namespace.
+func GrantingUser(namespace string) string {
+	return "system:serviceaccount:" + namespace + ":" + GrantingServiceAccount
+}
+
+// GrantPolicy is the ValidatingAdmissionPolicy, and its binding, that holds
+// the granting identity of an install in namespace to what the operator
+// writes. It holds escalate and bind, and RBAC cannot scope them by name:
+// without the policy its token could bind cluster-admin to anyone. The
+// apiserver runs no admission policy on policies and bindings themselves,
+// so this one cannot guard itself: the identity may neither update nor
+// delete it (RBAC, by name).
+func GrantPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
+	write := []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete}
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: GrantPolicyName},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{
+				ResourceRules: []admissionv1.NamedRuleWithOperations{
+					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: write, Rule: admissionv1.Rule{
+						APIGroups: []string{rbacv1.GroupName}, APIVersions: []string{"*"},
+						Resources: []string{"clusterroles", "clusterrolebindings", "roles", "rolebindings"}, Scope: ptr.To(admissionv1.AllScopes),
+					}}},
+					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: write, Rule: admissionv1.Rule{
+						APIGroups: []string{""}, APIVersions: []string{"*"}, Resources: []string{"secrets"}, Scope: ptr.To(admissionv1.AllScopes),
+					}}},
+				},
+				// The apiserver's defaults, so that the stored object equals this one.
+				NamespaceSelector: &metav1.LabelSelector{},
+				ObjectSelector:    &metav1.LabelSelector{},
+				MatchPolicy:       ptr.To(admissionv1.Equivalent),
+			},
+			MatchConditions: []admissionv1.MatchCondition{{
+				Name:       "granting-identity",
+				Expression: fmt.Sprintf("request.userInfo.username == '%s'", GrantingUser(namespace)),
+			}},
+			Variables:   grantVariables(namespace),
+			Validations: grantValidations(namespace),
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: GrantPolicyName},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        GrantPolicyName,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+		},
+	}
+	return policy, binding
+}
+
+func grantVariables(namespace string) []admissionv1.Variable {
+	labelled := func(obj string) string {
+		return fmt.Sprintf("%[1]s.metadata.?labels[?'%[2]s'].orValue('') == '%[3]s'", obj, v1alpha1.LabelManagedBy, v1alpha1.ManagedBy)
+	}
+	copied := func(obj string) string {
+		return fmt.Sprintf("%[1]s && %[2]s.metadata.?labels[?'%[3]s'].orValue('') == 'true'", labelled(obj), obj, v1alpha1.LabelPullSecretCopy)
+	}
+	return []admissionv1.Variable{
+		{Name: "rbac", Expression: fmt.Sprintf("request.resource.group == '%s'", rbacv1.GroupName)},
+		{Name: "binding", Expression: "variables.rbac && request.resource.resource in ['rolebindings', 'clusterrolebindings']"},
+		// The object written (for a delete, the one deleted), and the one it replaces.
+		{Name: "written", Expression: "request.operation == 'DELETE' ? oldObject : object"},
+		{Name: "ours", Expression: fmt.Sprintf("variables.written.metadata.name.startsWith('%[1]s') && %[2]s && "+
+			"(oldObject == null || oldObject.metadata.name.startsWith('%[1]s') && %[3]s)", grantPrefix, labelled("variables.written"), labelled("oldObject"))},
+		{Name: "ownNamespace", Expression: fmt.Sprintf("request.namespace == '%s'", namespace)},
+		// In its namespace: the signing key and the serving certificate, as
+		// the keeper and the rotator create them, and adopt them unlabelled;
+		// it never deletes them.
+		{Name: "ownSecret", Expression: fmt.Sprintf("request.operation != 'DELETE' && request.name in ['%[1]s', '%[2]s'] && "+
+			"(request.operation != 'CREATE' || (request.name == '%[1]s' ? object.type == '%[3]s' : object.type == '%[4]s'))",
+			signingkey.DefaultSecret, certSecret, corev1.SecretTypeOpaque, corev1.SecretTypeTLS)},
+		// Elsewhere: pull secret copies, of a registry credential's type
+		// (another could be a token Secret, which the apiserver would fill
+		// with a token of any ServiceAccount named in it).
+		{Name: "copySecret", Expression: fmt.Sprintf("%[1]s && (oldObject == null || %[2]s) && "+
+			"(object == null || object.?type.orValue('') in ['%[3]s', '%[4]s'])",
+			copied("variables.written"), copied("oldObject"), corev1.SecretTypeDockerConfigJson, corev1.SecretTypeDockercfg)},
+	}
+}
+
+func grantValidations(namespace string) []admissionv1.Validation {
+	forbidden := ptr.To(metav1.StatusReasonForbidden)
+	// A cluster-scoped request has no namespace.
+	kindName := "request.resource.resource + ' ' + (request.?namespace.orValue('') != '' ? request.namespace + '/' : '') + request.name"
+	return []admissionv1.Validation{
+		{
+			Expression: "!variables.rbac || variables.ours",
+			Message: fmt.Sprintf("the operator writes only RBAC objects named %s* and labelled %s=%s",
+				grantPrefix, v1alpha1.LabelManagedBy, v1alpha1.ManagedBy),
+			MessageExpression: fmt.Sprintf("'the operator writes only RBAC objects named %s* and labelled %s=%s, not ' + %s",
+				grantPrefix, v1alpha1.LabelManagedBy, v1alpha1.ManagedBy, kindName),
+			Reason: forbidden,
+		},
+		{
+			// Roles it writes carry its labels alone (an aggregation label
+			// would pour their rules into admin, edit or view) and aggregate nothing.
+			Expression: fmt.Sprintf("!variables.rbac || variables.binding || object == null || "+
+				"!has(object.aggregationRule) && object.metadata.?labels.orValue({}).all(k, k in ['%s', '%s'])", v1alpha1.LabelManagedBy, v1alpha1.LabelSidecar),
+			Message: fmt.Sprintf("a role the operator writes has no aggregationRule and no label but %s and %s",
+				v1alpha1.LabelManagedBy, v1alpha1.LabelSidecar),
+			Reason: forbidden,
+		},
+		{
+			// Each binding binds the ClusterRole of its own name.
+			Expression: fmt.Sprintf("!variables.binding || object == null || "+
+				"object.roleRef.apiGroup == '%s' && object.roleRef.kind == 'ClusterRole' && object.roleRef.name == object.metadata.name",
+				rbacv1.GroupName),
+			Message: "a binding the operator writes binds the ClusterRole of its own name",
+			MessageExpression: fmt.Sprintf("'a binding the operator writes binds the ClusterRole of its own name, not ' + object.roleRef.kind + ' ' + %s",
+				quoted("object.roleRef.name")),
+			Reason: forbidden,
+		},
+		{
+			// Grants go to the ServiceAccounts of injected pods, in the
+			// binding's namespace, never where pods are not validated.
+			Expression: fmt.Sprintf("!variables.binding || object == null || !has(object.subjects) || object.subjects.all(s, "+
+				"s.kind == 'ServiceAccount' && !(s.?namespace.orValue('') in ['', '%[1]s', '%[2]s']) && "+
+				"(request.resource.resource == 'clusterrolebindings' || s.namespace == object.metadata.namespace))",
+				metav1.NamespaceSystem, namespace),
+			Message: fmt.Sprintf("a binding the operator writes binds only ServiceAccounts, of the binding's namespace, not of %s or %s",
+				metav1.NamespaceSystem, namespace),
+			Reason: forbidden,
+		},
+		{
+			Expression: "request.resource.resource != 'secrets' || (variables.ownNamespace ? variables.ownSecret : variables.copySecret)",
+			Message: fmt.Sprintf("the operator writes only its signing key and certificate Secrets in %s, and elsewhere "+
+				"pull secret copies labelled %s=%s and %s=true, of type %s or %s",
+				namespace, v1alpha1.LabelManagedBy, v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy, corev1.SecretTypeDockerConfigJson, corev1.SecretTypeDockercfg),
+			MessageExpression: fmt.Sprintf("'the operator writes only its signing key and certificate Secrets in %s, and elsewhere "+
+				"pull secret copies labelled %s=%s and %s=true, of type %s or %s, not secret ' + request.namespace + '/' + request.name",
+				namespace, v1alpha1.LabelManagedBy, v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy, corev1.SecretTypeDockerConfigJson, corev1.SecretTypeDockercfg),
+			Reason: forbidden,
+		},
+	}
+}
