@@ -231,7 +231,7 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 		return nil, fmt.Errorf("the install sets a resource policy of its own")
 	}
 	defaults := struct {
-		Replicas, ControllerReplicas                             any
+		Replicas, ControllerReplicas                              any
 		Resources, ControllerResources, Repository, FailurePolicy string
 	}{
 		Replicas: webhookValues.replicas, ControllerReplicas: controllerValues.replicas,

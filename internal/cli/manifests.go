@@ -36,6 +36,12 @@ import (
 // release's version.
 const ImageRepository = "ghcr.io/sidecar-operator/sidecar-operator"
 
+// The install's two Deployments, and their NetworkPolicies, by name.
+const (
+	webhookDeployment    = "sidecar-operator"
+	controllerDeployment = "sidecar-operator-controller"
+)
+
 // configNamespace is the namespace the config tree is written for.
 const configNamespace = "sidecar-operator-system"
 
@@ -160,7 +166,7 @@ func adminIngressPatches(label string) (map[string]string, error) {
 		return nil, err
 	}
 	controller, err := json.Marshal([]map[string]any{{"op": "add", "path": "/spec/ingress", "value": []any{rule}}})
-	return map[string]string{"sidecar-operator": string(webhook), "sidecar-operator-controller": string(controller)}, err
+	return map[string]string{webhookDeployment: string(webhook), controllerDeployment: string(controller)}, err
 }
 
 // RenderManifests builds config/default, embedded in the binary, with an
@@ -202,7 +208,7 @@ func RenderManifests(o ManifestOptions) ([]byte, error) {
 		// The webhook configurations are rendered with it (configTree); the
 		// controllers, which keep them, are told, or they would put Fail back.
 		overlay.Patches = append(overlay.Patches, types.Patch{
-			Target: &types.Selector{ResId: resid.NewResIdKindOnly("Deployment", "sidecar-operator-controller")},
+			Target: &types.Selector{ResId: resid.NewResIdKindOnly("Deployment", controllerDeployment)},
 			Patch:  `[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--failure-policy=Ignore"}]`,
 		})
 	default:

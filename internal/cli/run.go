@@ -104,7 +104,8 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 		"how long after every webhook's caBundle was read back holding a new CA the serving certificate moves to it")
 	f.StringVar(&opts.Namespace, "namespace", "", "namespace of the certificate Secret and the leader lease "+
 		"(default: POD_NAMESPACE in a cluster, sidecar-operator-system outside, created if missing)")
-	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one replica of the controllers to write (--component controller or all); every replica serves the webhook")
+	f.BoolVar(&opts.LeaderElection, "leader-elect", true,
+		"elect one replica of the controllers to write (--component controller or all); every replica serves the webhook")
 	f.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a leader's lease lasts without renewal")
 	f.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before giving up")
 	f.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire the lease")

@@ -169,8 +169,9 @@ func testUpgrade(t *testing.T, l *podLoop) {
 	l.reset()
 	l.waitInjected(t, 60*time.Second)
 	describeOperator(t, previous)
-	var old []string
-	for _, p := range operatorPods(t) {
+	pods := operatorPods(t)
+	old := make([]string, 0, len(pods))
+	for _, p := range pods {
 		old = append(old, p.Status.PodIP+":9443: ")
 	}
 	counts := upgradeTo(t, l, previous, "--set", "resources.requests.cpu=110m")
@@ -723,9 +724,9 @@ func waitGrant(t *testing.T, ns string) {
 
 // gatedPod never runs: a scheduling gate keeps it from the node, so that
 // the loop's thousands of pods cost the node nothing.
-func gatedPod(ns, name string, labels map[string]string) *corev1.Pod {
+func gatedPod(ns, name string, podLabels map[string]string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: podLabels},
 		Spec: corev1.PodSpec{
 			SchedulingGates: []corev1.PodSchedulingGate{{Name: "sidecar-operator.test/never"}},
 			Containers:      []corev1.Container{{Name: "app", Image: appImage}},
@@ -742,9 +743,9 @@ func newNamespace(t *testing.T, prefix string) string {
 	return newNamespaceLabelled(t, prefix, selected.MatchLabels)
 }
 
-func newNamespaceLabelled(t *testing.T, prefix string, labels map[string]string) string {
+func newNamespaceLabelled(t *testing.T, prefix string, nsLabels map[string]string) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: nsLabels}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
