@@ -43,9 +43,13 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 		if err := webhookconfig.EnsureAuthorPolicy(ctx, c); err != nil {
 			return err
 		}
+		scope, err := webhookconfig.LoadScope(ctx, mgr.GetCache())
+		if err != nil {
+			return fmt.Errorf("reading what the Sidecars select: %w", err)
+		}
 		// Each configuration on its own: one the installer has not created
 		// (or an admin deleted) stops no repair of the other.
-		mutating := webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)
+		mutating := desiredMutating(opts, caBundle)(scope)
 		validating := webhookconfig.Validating(opts.ValidatingConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)
 		return errors.Join(webhookconfig.EnsureMutating(ctx, c, mutating, create), webhookconfig.EnsureValidating(ctx, c, validating, create))
 	}
@@ -154,6 +158,15 @@ func setUpCertificates(mgr manager.Manager, opts Options, log logr.Logger) (*tls
 	tlsConfig := webhook.ServerTLSConfig()
 	tlsConfig.GetCertificate = watcher.GetCertificate
 	return tlsConfig, func(ctx context.Context) error { return trusted(ctx, nil) }, requireClientCertificates(tlsConfig, opts)
+}
+
+// desiredMutating is the mutating configuration for a scope, as every
+// writer of it wants it: publish, and the webhook-scope controller with no
+// caBundle, which keeps the one the configuration has.
+func desiredMutating(opts Options, caBundle []byte) func(webhookconfig.Scope) *admissionv1.MutatingWebhookConfiguration {
+	return func(scope webhookconfig.Scope) *admissionv1.MutatingWebhookConfiguration {
+		return webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, scope, opts.Namespace)
+	}
 }
 
 // requireClientCertificates makes the webhook accept only callers with a
