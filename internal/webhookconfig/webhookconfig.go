@@ -205,7 +205,8 @@ func Validating(
 		// annotations, and of those the validator judges on UPDATE only the
 		// record (validation.Pod; internal/signing reads none).
 		Name: "status-write-changes-the-record",
-		Expression: `request.subResource != 'status' || ` +
+		// request.subResource is absent, not empty, on the pod itself.
+		Expression: `!has(request.subResource) || request.subResource != 'status' || ` +
 			`object.metadata.?annotations[?'` + v1alpha1.AnnotationStatus + `'] != oldObject.metadata.?annotations[?'` + v1alpha1.AnnotationStatus + `']`,
 	}}
 	pods.NamespaceSelector = PodValidationNamespaces(excludeNamespaces...)
