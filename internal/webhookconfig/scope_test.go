@@ -30,7 +30,9 @@ func TestScopeOf(t *testing.T) {
 	sidecar := func(sel *metav1.LabelSelector) v1alpha1.Sidecar {
 		return v1alpha1.Sidecar{Spec: v1alpha1.SidecarSpec{NamespaceSelector: sel}}
 	}
-	team := func(name string) *metav1.LabelSelector { return &metav1.LabelSelector{MatchLabels: map[string]string{"team": name}} }
+	team := func(name string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{"team": name}}
+	}
 	invalid := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Near"}}}
 	everything := []string{"payments", "web", "batch", "billing"}
 	for _, tc := range []struct {

@@ -181,14 +181,14 @@ func namespaceServed(t *testing.T, ns string) bool {
 
 // relabelNamespace sets a namespace's labels (the apiserver keeps
 // kubernetes.io/metadata.name) and waits until the scope follows.
-func relabelNamespace(t *testing.T, name string, labels map[string]string) {
+func relabelNamespace(t *testing.T, name string, nsLabels map[string]string) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		ns := &corev1.Namespace{}
 		if err := k8s.Get(context.Background(), client.ObjectKey{Name: name}, ns); err != nil {
 			return err
 		}
-		ns.Labels = labels
+		ns.Labels = nsLabels
 		return k8s.Update(context.Background(), ns)
 	})
 	if err != nil {
