@@ -70,9 +70,11 @@ func TestEveryReplicaDownRefusesOnlyWhatASidecarCouldInject(t *testing.T) {
 			t.Fatal(err)
 		}
 		injected.Annotations[v1alpha1.AnnotationStatus] = `{"sidecars":[]}`
-		if err := k8s.Status().Update(ctx, injected); err == nil {
+		err := k8s.Status().Update(ctx, injected)
+		if err == nil {
 			t.Fatal("the record was changed through pods/status")
 		}
+		t.Logf("refused: %v", err)
 	})
 	t.Run("a pod of a namespace no Sidecar selects is created", func(t *testing.T) {
 		if err := k8s.Create(ctx, plainPod(plain)); err != nil {
@@ -85,6 +87,7 @@ func TestEveryReplicaDownRefusesOnlyWhatASidecarCouldInject(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "timeout=2s") {
 			t.Fatalf("got %v, want an error that says %s, with the 2 s timeout", err, want)
 		}
+		t.Logf("refused: %v", err)
 	})
 }
 
