@@ -52,7 +52,7 @@ func newFixture(t *testing.T, opts Options) *fixture {
 			Client: f.client, Reader: f.client, Mutating: configName, Validating: configName,
 			Ensure: func(ctx context.Context, c client.Client, bundle []byte) error {
 				f.published = append(f.published, bundle)
-				if err := webhookconfig.EnsureMutating(ctx, c, webhookconfig.Mutating(configName, target, bundle, admissionv1.Fail), true); err != nil {
+				if err := webhookconfig.EnsureMutating(ctx, c, webhookconfig.Mutating(configName, target, bundle, admissionv1.Fail, webhookconfig.AllNamespaces), true); err != nil {
 					return err
 				}
 				if f.blockValidating {
@@ -365,7 +365,7 @@ func TestRecreatedMutatingConfigurationCausesNoRotation(t *testing.T) {
 	for name, recreate := range map[string]func(*fixture){
 		"deleted": func(*fixture) {},
 		"applied from the manifest": func(f *fixture) {
-			applied := webhookconfig.Mutating(configName, webhookconfig.Target{URL: "https://127.0.0.1:9443"}, nil, admissionv1.Fail)
+			applied := webhookconfig.Mutating(configName, webhookconfig.Target{URL: "https://127.0.0.1:9443"}, nil, admissionv1.Fail, webhookconfig.AllNamespaces)
 			if err := f.client.Create(context.Background(), applied); err != nil {
 				t.Fatal(err)
 			}

@@ -103,7 +103,7 @@ func TestDiagnose(t *testing.T) {
 		}
 	}
 	const current = "current" // stands for the Sidecar's current revision
-	excluded := `webhook inject.sidecar-operator.io excludes namespace shop: its namespaceSelector kubernetes.io/metadata.name notin (kube-system,sidecar-operator-system),sidecar-operator.io/webhook notin (disabled) does not match the namespace's labels kubernetes.io/metadata.name=shop,sidecar-operator.io/webhook=disabled (kube-system, the operator's namespace and namespaces labelled sidecar-operator.io/webhook=disabled are excluded)`
+	excluded := `webhook inject.sidecar-operator.io excludes namespace shop: its namespaceSelector kubernetes.io/metadata.name notin (kube-system,sidecar-operator-system),sidecar-operator.io/webhook notin (disabled) does not match the namespace's labels kubernetes.io/metadata.name=shop,sidecar-operator.io/webhook=disabled (kube-system, the operator's namespace, namespaces labelled sidecar-operator.io/webhook=disabled and namespaces no Sidecar's namespaceSelector selects are excluded)`
 
 	cases := []struct {
 		name    string

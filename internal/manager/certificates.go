@@ -33,8 +33,9 @@ import (
 )
 
 // publishing is what the webhook configurations and the author policy
-// should be: written by the controllers, with the caBundle given.
-func publishing(opts Options) func(ctx context.Context, c client.Client, caBundle []byte) error {
+// should be: written by the controllers, with the caBundle given and the
+// scope read from the cache.
+func publishing(opts Options, cache client.Reader) func(ctx context.Context, c client.Client, caBundle []byte) error {
 	create := opts.Target.CreatesMissing()
 	return func(ctx context.Context, c client.Client, caBundle []byte) error {
 		// The policy first: Sidecars reach the webhook only once its
@@ -43,9 +44,13 @@ func publishing(opts Options) func(ctx context.Context, c client.Client, caBundl
 		if err := webhookconfig.EnsureAuthorPolicy(ctx, c); err != nil {
 			return err
 		}
+		scope, err := webhookconfig.LoadScope(ctx, cache)
+		if err != nil {
+			return fmt.Errorf("reading what the Sidecars select: %w", err)
+		}
 		// Each configuration on its own: one the installer has not created
 		// (or an admin deleted) stops no repair of the other.
-		mutating := webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)
+		mutating := desiredMutating(opts, caBundle)(scope)
 		validating := webhookconfig.Validating(opts.ValidatingConfigName, opts.Target, caBundle, opts.FailurePolicy, opts.Namespace)
 		return errors.Join(webhookconfig.EnsureMutating(ctx, c, mutating, create), webhookconfig.EnsureValidating(ctx, c, validating, create))
 	}
@@ -110,7 +115,7 @@ func isNamed(key types.NamespacedName) predicate.Predicate {
 // author policy written, with the caBundle: in CertModeSelf, the rotator of
 // the certificate Secret, elected; otherwise a poll until they are.
 func publishCertificates(mgr manager.Manager, opts Options, log logr.Logger) error {
-	publish := publishing(opts)
+	publish := publishing(opts, mgr.GetCache())
 	if opts.CertMode == CertModeSelf {
 		secret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.CertSecret}
 		certOpts := opts.Certificates
@@ -167,6 +172,15 @@ func publishCertificates(mgr manager.Manager, opts Options, log logr.Logger) err
 		log.Info("webhook registered", "configuration", opts.WebhookConfigName)
 		return nil
 	}))
+}
+
+// desiredMutating is the mutating configuration for a scope, as every
+// writer of it wants it: publish, and the webhook-scope controller with no
+// caBundle, which keeps the one the configuration has.
+func desiredMutating(opts Options, caBundle []byte) func(webhookconfig.Scope) *admissionv1.MutatingWebhookConfiguration {
+	return func(scope webhookconfig.Scope) *admissionv1.MutatingWebhookConfiguration {
+		return webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, scope, opts.Namespace)
+	}
 }
 
 // requireClientCertificates makes the webhook accept only callers with a

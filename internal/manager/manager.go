@@ -39,6 +39,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/rbac"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/status"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/webhookscope"
 	"github.com/sidecar-operator/sidecar-operator/internal/grants"
 	"github.com/sidecar-operator/sidecar-operator/internal/inventory"
 	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
@@ -109,6 +110,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			return err
 		}
 		if err := publishCertificates(mgr, opts, log); err != nil {
+			return err
+		}
+		scope := &webhookscope.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetCache(), Desired: desiredMutating(opts, nil)}
+		if err := scope.SetupWithManager(mgr); err != nil {
 			return err
 		}
 		if opts.Elected != nil {
@@ -246,8 +251,11 @@ func addFleetControllers(
 	return (&status.Reconciler{
 		Client: mgr.GetClient(), Gate: gate, Pods: pods.All,
 		NamespaceLabels: func(name string) (map[string]string, bool) { return namespaces.Labels(mgr.GetCache(), name) },
-		Webhook:         webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, nil, opts.FailurePolicy, opts.Namespace),
-		Log:             log.WithName("status"),
+		// Unscoped: a pod a Sidecar selects is in a namespace its
+		// namespaceSelector selects, so in scope; one created before the
+		// scope caught up is missed, and reported.
+		Webhook: webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, nil, opts.FailurePolicy, webhookconfig.AllNamespaces, opts.Namespace),
+		Log:     log.WithName("status"),
 	}).SetupWithManager(mgr, keyChanges)
 }
 

@@ -18,7 +18,7 @@ import (
 )
 
 func TestServes(t *testing.T) {
-	serving := NewServing(Mutating(DefaultName, Target{URL: "https://127.0.0.1:9443"}, nil, admissionv1.Fail, "sidecar-operator-system"))
+	serving := NewServing(Mutating(DefaultName, Target{URL: "https://127.0.0.1:9443"}, nil, admissionv1.Fail, AllNamespaces, "sidecar-operator-system"))
 	for _, tc := range []struct {
 		namespace string
 		labels    map[string]string
@@ -76,7 +76,7 @@ func TestOnlyTheInstallerCreatesConfigurationsInACluster(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
 	keep := func() []error {
 		return []error{
-			EnsureMutating(ctx, c, Mutating(DefaultName, service, []byte("ca"), admissionv1.Fail, "ops"), service.CreatesMissing()),
+			EnsureMutating(ctx, c, Mutating(DefaultName, service, []byte("ca"), admissionv1.Fail, AllNamespaces, "ops"), service.CreatesMissing()),
 			EnsureValidating(ctx, c, Validating(DefaultName, service, []byte("ca"), admissionv1.Fail, "ops"), service.CreatesMissing()),
 		}
 	}

@@ -78,7 +78,7 @@ func TestApiserverPresentsAClientCertificate(t *testing.T) {
 	<-listening
 
 	c := apiserver.client
-	if err := c.Create(ctx, webhookconfig.Mutating("client-auth", webhookconfig.Target{URL: "https://" + addr}, servingCA.CertPEM, admissionv1.Fail)); err != nil {
+	if err := c.Create(ctx, webhookconfig.Mutating("client-auth", webhookconfig.Target{URL: "https://" + addr}, servingCA.CertPEM, admissionv1.Fail, webhookconfig.AllNamespaces)); err != nil {
 		t.Fatal(err)
 	}
 	waitInjected(t, c, "fluentd")

@@ -39,7 +39,8 @@ func eventually(t *testing.T, timeout time.Duration, f func() error) {
 	}
 }
 
-// createNamespace creates a uniquely named namespace and deletes it after the test.
+// createNamespace creates a uniquely named namespace, deleted after the
+// test, and waits until the webhook's scope includes it if a Sidecar selects it.
 func createNamespace(t *testing.T, labels map[string]string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t-" + rand.String(8), Labels: labels}}
@@ -47,13 +48,17 @@ func createNamespace(t *testing.T, labels map[string]string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+	waitScopeInStep(t)
 	return ns.Name
 }
 
 // applySidecar creates a Sidecar (deleted after the test) and waits until the
-// webhook injects it: a dry-run pod that requests it by name comes back with
-// it, or, for a Sidecar that may not be requested by name, with the warning
-// that says so, which the engine gives only for a Sidecar it knows.
+// webhook's scope includes its namespaces and the webhook injects it: a
+// dry-run pod that requests it by name comes back with it, or, for a Sidecar
+// that may not be requested by name, with the warning that says so, which
+// the engine gives only for a Sidecar it knows. The dry-run pod is in
+// default, or else in a namespace the Sidecar selects: with none, no pod it
+// could inject can be created yet.
 func applySidecar(t *testing.T, sc *v1alpha1.Sidecar) {
 	t.Helper()
 	ctx := context.Background()
@@ -61,8 +66,13 @@ func applySidecar(t *testing.T, sc *v1alpha1.Sidecar) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteAndWait(t, sc) })
+	waitScopeInStep(t)
+	ns := markerNamespace(t, sc)
+	if ns == "" {
+		return
+	}
 	marker := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "marker", Namespace: "default", Annotations: map[string]string{v1alpha1.AnnotationInject: sc.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: "marker", Namespace: ns, Annotations: map[string]string{v1alpha1.AnnotationInject: sc.Name}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "m", Image: "m"}}},
 	}
 	cl, w := warningClient(t)

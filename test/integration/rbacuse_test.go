@@ -267,7 +267,7 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 	// The installer's part: the webhook configurations, which the role may
 	// only update.
 	for _, obj := range []client.Object{
-		webhookconfig.Mutating(webhookConfigName, target, nil, admissionv1.Fail, ns),
+		webhookconfig.Mutating(webhookConfigName, target, nil, admissionv1.Fail, webhookconfig.AllNamespaces, ns),
 		webhookconfig.Validating(webhookConfigName, target, nil, admissionv1.Fail, ns),
 	} {
 		if err := c.Create(ctx, obj); err != nil {

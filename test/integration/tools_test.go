@@ -71,7 +71,7 @@ func loggerSidecar(name string, selector map[string]string) *v1alpha1.Sidecar {
 // vfy-broken=<value>, at url with caBundle.
 func brokenWebhook(t *testing.T, value, url string, caBundle []byte) {
 	t.Helper()
-	cfg := webhookconfig.Mutating("vfy-broken-"+value, webhookconfig.Target{URL: url}, caBundle, admissionv1.Fail)
+	cfg := webhookconfig.Mutating("vfy-broken-"+value, webhookconfig.Target{URL: url}, caBundle, admissionv1.Fail, webhookconfig.AllNamespaces)
 	cfg.Webhooks[0].Name = value + ".broken.sidecar-operator.io"
 	cfg.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"vfy-broken": value}}
 	cfg.Webhooks[0].TimeoutSeconds = ptr.To[int32](2)

@@ -22,7 +22,11 @@ func TestDesiredWebhookConfigurationsAreStoredUnchanged(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &mutating); err != nil {
 		t.Fatal(err)
 	}
-	want := webhookconfig.Mutating(webhookConfigName, target, mutating.Webhooks[0].ClientConfig.CABundle, admissionv1.Fail, operatorNamespace)
+	scope, err := webhookconfig.LoadScope(ctx, k8s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := webhookconfig.Mutating(webhookConfigName, target, mutating.Webhooks[0].ClientConfig.CABundle, admissionv1.Fail, scope, operatorNamespace)
 	if !equality.Semantic.DeepEqual(mutating.Webhooks, want.Webhooks) {
 		t.Errorf("MutatingWebhookConfiguration as stored differs from the desired one, so each pass rewrites it:\nstored  %s\ndesired %s", toJSON(mutating.Webhooks), toJSON(want.Webhooks))
 	}

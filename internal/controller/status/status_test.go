@@ -33,7 +33,7 @@ func newReconciler(t *testing.T, f *controllertest.Fleet, c client.Client) *Reco
 	r := &Reconciler{
 		Client: c, Gate: gate, Log: logr.Discard(),
 		NamespaceLabels: func(name string) (map[string]string, bool) { return namespaces.Labels(c, name) },
-		Webhook:         webhookconfig.Mutating(webhookconfig.DefaultName, webhookconfig.Target{URL: "https://127.0.0.1:9443"}, nil, "Fail", operatorNamespace),
+		Webhook:         webhookconfig.Mutating(webhookconfig.DefaultName, webhookconfig.Target{URL: "https://127.0.0.1:9443"}, nil, "Fail", webhookconfig.AllNamespaces, operatorNamespace),
 		Pods: func(yield func(*corev1.Pod) bool) {
 			var list corev1.PodList
 			if err := c.List(context.Background(), &list); err != nil {
