@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -221,11 +222,51 @@ func upgradeTo(t *testing.T, l *podLoop, from release, more ...string) tally {
 		}
 		return nil
 	})
+	rolled := time.Since(start)
+	// The previous commit's leader may have repaired the configurations to
+	// its own content in the moment before its identity went: until a new
+	// leader puts this commit's back, helm's server-side apply of them
+	// conflicts with its writes.
+	eventually(t, time.Minute, "a new leader, and the configurations this commit's", func() error {
+		if holder, _ := leaseHolder(t); before[holder] || holder == "" {
+			return fmt.Errorf("the lease is held by %q", holder)
+		}
+		return configurationsConverged()
+	})
 	counts := l.take()
-	t.Logf("helm upgrade %s -> %s (%s), rolled in %s: %s", from.image, current.image, strings.Join(more, " "),
-		time.Since(start).Round(time.Millisecond), counts)
+	t.Logf("helm upgrade %s -> %s (%s), rolled in %s, converged in %s: %s", from.image, current.image, strings.Join(more, " "),
+		rolled.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), counts)
 	describeOperator(t, current)
 	return counts
+}
+
+// configurationsConverged reports whether the webhook configurations are
+// this commit's, but for what the operator keeps (the caBundles and the
+// mutating webhook's namespace scope).
+func configurationsConverged() error {
+	ctx := context.Background()
+	wantMutating, wantValidating := webhookconfig.Installed(operatorNamespace, admissionv1.Fail)
+	var m admissionv1.MutatingWebhookConfiguration
+	var v admissionv1.ValidatingWebhookConfiguration
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(wantMutating), &m); err != nil {
+		return err
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(wantValidating), &v); err != nil {
+		return err
+	}
+	if len(m.Webhooks) != len(wantMutating.Webhooks) {
+		return fmt.Errorf("%d mutating webhooks", len(m.Webhooks))
+	}
+	for i := range m.Webhooks {
+		m.Webhooks[i].ClientConfig.CABundle, m.Webhooks[i].NamespaceSelector = nil, wantMutating.Webhooks[i].NamespaceSelector
+	}
+	for i := range v.Webhooks {
+		v.Webhooks[i].ClientConfig.CABundle = nil
+	}
+	if !equality.Semantic.DeepEqual(m.Webhooks, wantMutating.Webhooks) || !equality.Semantic.DeepEqual(v.Webhooks, wantValidating.Webhooks) {
+		return fmt.Errorf("the webhook configurations are not this commit's yet (timeoutSeconds %d)", *m.Webhooks[0].TimeoutSeconds)
+	}
+	return nil
 }
 
 // testLeaderKilled SIGKILLs the leader's container through containerd, as a
