@@ -157,9 +157,9 @@ func managerOptions(opts Options) ctrl.Options {
 			&rbacv1.ClusterRole{}:        {Label: managedSelector},
 			&rbacv1.ClusterRoleBinding{}: {Label: managedSelector},
 			&rbacv1.RoleBinding{}:        {Label: managedSelector},
-			// Any tenant can label a Secret as the operator's: metadata
-			// only, slimmed, a few hundred bytes whatever the Secret holds.
-			secrets.Meta(): {Label: managedSelector, Transform: secrets.Slim},
+			// The signing key and the certificate: the operator reads no
+			// Secret of another namespace. Metadata only, slimmed.
+			secrets.Meta(): {Label: managedSelector, Transform: secrets.Slim, Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 		}},
 		// A Secret read through the client goes to the apiserver: never an
 		// informer that would cache every labelled Secret in full.
@@ -192,14 +192,15 @@ func addFleetControllers(
 		return err
 	}
 	if err := (&pullsecret.Reconciler{
-		Client: mgr.GetClient(), Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.InjectedWith,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.InjectedWith,
+		Ledger: types.NamespacedName{Namespace: opts.Namespace, Name: pullsecret.LedgerName},
 		Policy: authorship.PullSecretPolicy{Namespaces: opts.PullSecretNamespaces}, Resync: opts.PullSecretResync,
 		Events: mgr.GetEventRecorder("sidecar-operator-pullsecrets"), Log: log.WithName("pullsecrets"),
 	}).SetupWithManager(mgr, keyChanges); err != nil {
 		return err
 	}
 	return (&status.Reconciler{
-		Client: mgr.GetClient(), Gate: gate, Pods: pods.All,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.All,
 		NamespaceLabels: func(name string) (map[string]string, bool) { return namespaces.Labels(mgr.GetCache(), name) },
 		Webhook:         webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, nil, opts.FailurePolicy, opts.Namespace),
 		Log:             log.WithName("status"),

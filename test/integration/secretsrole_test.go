@@ -1,0 +1,100 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sidecar-operator/sidecar-operator/config"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
+)
+
+// operatorServiceAccount binds the generated ClusterRole and Role
+// (config/rbac/role.yaml) to a ServiceAccount as the install does, a
+// ClusterRoleBinding and a RoleBinding in the operator's namespace, and
+// returns a client that acts as it.
+func operatorServiceAccount(t *testing.T) client.WithWatch {
+	t.Helper()
+	raw, err := config.Tree.ReadFile("rbac/role.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := bytes.Split(raw, []byte("\n---\n"))
+	var clusterRole rbacv1.ClusterRole
+	var role rbacv1.Role
+	if len(docs) != 2 || yaml.Unmarshal(docs[0], &clusterRole) != nil || yaml.Unmarshal(docs[1], &role) != nil || role.Namespace != operatorNamespace {
+		t.Fatalf("config/rbac/role.yaml is not a ClusterRole and a Role in %s", operatorNamespace)
+	}
+	saNamespace, name := createNamespace(t, nil), "sidecar-operator-controller-"+rand.String(6)
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: saNamespace, Name: name}}
+	clusterRole.ObjectMeta = metav1.ObjectMeta{Name: name}
+	role.ObjectMeta = metav1.ObjectMeta{Name: name, Namespace: operatorNamespace}
+	createAdmin(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: saNamespace}})
+	createAdmin(t, &clusterRole)
+	createAdmin(t, &role)
+	createAdmin(t, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   subjects,
+	})
+	createAdmin(t, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: operatorNamespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   subjects,
+	})
+	user := "system:serviceaccount:" + saNamespace + ":" + name
+	// What each binding must keep, so that the authorizer has caught up
+	// with both.
+	waitAllowed(t, user, authorizationv1.ResourceAttributes{Verb: "list", Resource: "namespaces"})
+	waitAllowed(t, user, authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: operatorNamespace})
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + saNamespace, "system:authenticated"}}
+	op, err := client.NewWithWatch(c, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return op
+}
+
+// A stolen token of the operator's reads no tenant's Secret: the pull secret
+// copies are written by name, never listed, watched or read.
+func TestAttackOperatorTokenReadsNoTenantSecret(t *testing.T) {
+	ctx := context.Background()
+	op := operatorServiceAccount(t)
+	tenant := createNamespace(t, nil)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "database", Namespace: tenant}, StringData: map[string]string{"password": "hunter2"}}
+	if err := k8s.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	for _, attempt := range []struct {
+		what string
+		do   func() error
+	}{
+		{"list Secrets cluster-wide", func() error { return op.List(ctx, &corev1.SecretList{}) }},
+		{"list Secrets in a tenant namespace", func() error { return op.List(ctx, &corev1.SecretList{}, client.InNamespace(tenant)) }},
+		{"get a tenant's Secret", func() error { return op.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}) }},
+		{"watch Secrets cluster-wide", func() error {
+			w, err := op.Watch(ctx, &corev1.SecretList{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
+	} {
+		if err := attempt.do(); !apierrors.IsForbidden(err) {
+			t.Errorf("HOLE: the operator's token may %s: %v", attempt.what, err)
+		} else {
+			t.Logf("refused to %s: %v", attempt.what, err)
+		}
+	}
+}
