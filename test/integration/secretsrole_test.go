@@ -11,19 +11,21 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/config"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/pullsecret"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 )
 
 // operatorServiceAccount binds the generated ClusterRole and Role
 // (config/rbac/role.yaml) to a ServiceAccount as the install does, a
 // ClusterRoleBinding and a RoleBinding in the operator's namespace, and
-// returns a client that acts as it.
-func operatorServiceAccount(t *testing.T) client.WithWatch {
+// returns a client that acts as it, its user and groups.
+func operatorServiceAccount(t *testing.T) (client.WithWatch, string, []string) {
 	t.Helper()
 	raw, err := config.Tree.ReadFile("rbac/role.yaml")
 	if err != nil {
@@ -57,20 +59,21 @@ func operatorServiceAccount(t *testing.T) client.WithWatch {
 	// with both.
 	waitAllowed(t, user, authorizationv1.ResourceAttributes{Verb: "list", Resource: "namespaces"})
 	waitAllowed(t, user, authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: operatorNamespace})
+	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + saNamespace, "system:authenticated"}
 	c := rest.CopyConfig(cfg)
-	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + saNamespace, "system:authenticated"}}
+	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
 	op, err := client.NewWithWatch(c, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return op
+	return op, user, groups
 }
 
 // A stolen token of the operator's reads no tenant's Secret: the pull secret
 // copies are written by name, never listed, watched or read.
 func TestAttackOperatorTokenReadsNoTenantSecret(t *testing.T) {
 	ctx := context.Background()
-	op := operatorServiceAccount(t)
+	op, _, _ := operatorServiceAccount(t)
 	tenant := createNamespace(t, nil)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "database", Namespace: tenant}, StringData: map[string]string{"password": "hunter2"}}
 	if err := k8s.Create(ctx, secret); err != nil {
@@ -95,6 +98,42 @@ func TestAttackOperatorTokenReadsNoTenantSecret(t *testing.T) {
 			t.Errorf("HOLE: the operator's token may %s: %v", attempt.what, err)
 		} else {
 			t.Logf("refused to %s: %v", attempt.what, err)
+		}
+	}
+}
+
+// The role still holds what the pull secret controller and the keepers of
+// the signing key and the certificate do, done as the ServiceAccount: a
+// copy created, applied and deleted by UID in a tenant namespace; in the
+// operator's namespace, Secrets watched and written, and the ledger.
+func TestOperatorRoleHoldsWhatTheCopiesUse(t *testing.T) {
+	ctx := context.Background()
+	op, user, groups := operatorServiceAccount(t)
+	tenant := createNamespace(t, nil)
+	made := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "regcred", Namespace: tenant}, Type: corev1.SecretTypeDockerConfigJson, Data: dockerConfig("djE=")}
+	if err := op.Create(ctx, made); err != nil {
+		t.Fatalf("create a copy: %v", err)
+	}
+	applied := corev1ac.Secret(made.Name, tenant).WithUID(made.UID).WithData(dockerConfig("djI="))
+	if err := op.Apply(ctx, applied, client.FieldOwner("sidecar-operator"), client.ForceOwnership); err != nil {
+		t.Fatalf("apply a copy: %v", err)
+	}
+	if err := op.Delete(ctx, made, client.Preconditions{UID: &made.UID}); err != nil {
+		t.Fatalf("delete a copy: %v", err)
+	}
+	if err := op.List(ctx, &corev1.SecretList{}, client.InNamespace(operatorNamespace)); err != nil {
+		t.Fatalf("list Secrets in the operator's namespace: %v", err)
+	}
+	for _, attrs := range []authorizationv1.ResourceAttributes{
+		{Verb: "watch", Resource: "secrets", Namespace: operatorNamespace},
+		{Verb: "create", Resource: "secrets", Namespace: operatorNamespace},
+		{Verb: "update", Resource: "secrets", Namespace: operatorNamespace, Name: certSecret},
+		{Verb: "create", Resource: "configmaps", Namespace: operatorNamespace},
+		{Verb: "get", Resource: "configmaps", Namespace: operatorNamespace, Name: pullsecret.LedgerName},
+		{Verb: "update", Resource: "configmaps", Namespace: operatorNamespace, Name: pullsecret.LedgerName},
+	} {
+		if !allowed(t, user, groups, attrs) {
+			t.Errorf("the role lacks %+v", attrs)
 		}
 	}
 }
