@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -60,6 +61,19 @@ func (l *ledger) merge(cm *corev1.ConfigMap) {
 	}
 }
 
+// entryName is the ledger's key for the copy at key.
+func entryName(key types.NamespacedName) string { return key.Namespace + "." + key.Name }
+
+// recordable tells whether the ledger can hold the copy at key: a
+// ConfigMap's keys are at most 253 characters.
+func recordable(key types.NamespacedName) error {
+	if n := len(entryName(key)); n > validation.DNS1123SubdomainMaxLength {
+		return fmt.Errorf("secret %s is not copied: its namespace and name are %d characters together, the ledger holds at most %d",
+			key, n, validation.DNS1123SubdomainMaxLength)
+	}
+	return nil
+}
+
 func (l *ledger) record(key types.NamespacedName, c copyRecord) {
 	l.copies[key], l.changed = c, true
 }
@@ -86,7 +100,7 @@ func (l *ledger) save(ctx context.Context, c client.Client, live client.Reader) 
 		Data: make(map[string]string, len(l.copies)),
 	}
 	for k, r := range l.copies {
-		cm.Data[k.Namespace+"."+k.Name] = string(r.uid) + " " + r.from
+		cm.Data[entryName(k)] = string(r.uid) + " " + r.from
 	}
 	var err error
 	if l.resourceVersion == "" {

@@ -275,6 +275,9 @@ func (r *Reconciler) writeCopy(ctx context.Context, key types.NamespacedName, re
 		}
 		// A conflict on the UID: the copy was deleted. It is made again.
 	}
+	if err := recordable(key); err != nil {
+		return err
+	}
 	made := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: labels, Annotations: annotations},
 		Type:       src.Type,

@@ -3,6 +3,7 @@ package pullsecret
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,5 +147,18 @@ func TestPullSecretCopies(t *testing.T) {
 			}
 			tc.check(t, c)
 		})
+	}
+}
+
+// A ConfigMap's key holds 253 characters: a copy the ledger could not
+// record would make it unsavable, and leave every copy of the pass
+// unrecorded, so it is not made.
+func TestCopiesTheLedgerCannotRecordAreNotMade(t *testing.T) {
+	ns := strings.Repeat("n", 63)
+	if err := recordable(types.NamespacedName{Namespace: ns, Name: strings.Repeat("s", 189)}); err != nil {
+		t.Errorf("253 characters refused: %v", err)
+	}
+	if err := recordable(types.NamespacedName{Namespace: ns, Name: strings.Repeat("s", 190)}); err == nil {
+		t.Error("254 characters accepted")
 	}
 }
