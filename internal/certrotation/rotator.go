@@ -22,6 +22,10 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
 )
 
+// The certificate Secret, in the operator's namespace: read live, made and
+// updated there (the keeper watches it through the namespaced cache).
+// +kubebuilder:rbac:groups="",namespace=sidecar-operator-system,resources=secrets,verbs=get;create;update
+
 // Options configure the certificates.
 type Options struct {
 	// Secret holds the CA and the serving certificate.

@@ -187,9 +187,9 @@ func managerOptions(opts Options) ctrl.Options {
 			&rbacv1.ClusterRole{}:        {Label: managedSelector},
 			&rbacv1.ClusterRoleBinding{}: {Label: managedSelector},
 			&rbacv1.RoleBinding{}:        {Label: managedSelector},
-			// Any tenant can label a Secret as the operator's: metadata
-			// only, slimmed, a few hundred bytes whatever the Secret holds.
-			secrets.Meta(): secretsCache(opts),
+			// The signing key and the certificate: the operator reads no
+			// Secret of another namespace. Metadata only, slimmed.
+			secrets.Meta(): {Label: managedSelector, Transform: secrets.Slim, Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 			// The operator's own configurations and policy, by name, so that
 			// RBAC can grant their list and watch by resourceNames.
 			&admissionv1.MutatingWebhookConfiguration{}:     byName(opts.WebhookConfigName),
@@ -205,16 +205,6 @@ func managerOptions(opts Options) ctrl.Options {
 
 func byName(name string) cache.ByObject {
 	return cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", name)}
-}
-
-// secretsCache is what the cache holds of Secrets: the webhook reads only
-// its own namespace's, the signing key and its certificate.
-func secretsCache(opts Options) cache.ByObject {
-	c := cache.ByObject{Label: managedSelector, Transform: secrets.Slim}
-	if !opts.Component.Controls() {
-		c.Namespaces = map[string]cache.Config{opts.Namespace: {}}
-	}
-	return c
 }
 
 // addFleetControllers adds the controllers that follow the injected pods
@@ -242,14 +232,15 @@ func addFleetControllers(
 		return err
 	}
 	if err := (&pullsecret.Reconciler{
-		Client: mgr.GetClient(), Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.InjectedWith,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.InjectedWith,
+		Ledger: types.NamespacedName{Namespace: opts.Namespace, Name: pullsecret.LedgerName},
 		Policy: authorship.PullSecretPolicy{Namespaces: opts.PullSecretNamespaces}, Resync: opts.PullSecretResync,
 		Events: mgr.GetEventRecorder("sidecar-operator-pullsecrets"), Log: log.WithName("pullsecrets"),
 	}).SetupWithManager(mgr, keyChanges); err != nil {
 		return err
 	}
 	return (&status.Reconciler{
-		Client: mgr.GetClient(), Gate: gate, Pods: pods.All,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.All,
 		NamespaceLabels: func(name string) (map[string]string, bool) { return namespaces.Labels(mgr.GetCache(), name) },
 		// Unscoped: a pod a Sidecar selects is in a namespace its
 		// namespaceSelector selects, so in scope; one created before the

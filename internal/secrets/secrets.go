@@ -1,9 +1,8 @@
-// Package secrets owns how the operator caches Secrets: labelled as its own,
-// as metadata only, slimmed to what the controllers read. RBAC cannot narrow
-// a watch by label and any tenant may label Secrets of their own as the
-// operator's, so the cache holds no Secret's data, whatever its size; the few
-// Secrets whose data the operator needs (its signing key, its certificate,
-// pull secret sources) it reads from the apiserver.
+// Package secrets owns how the operator caches Secrets: those of its own
+// namespace labelled as its own, as metadata only, slimmed to what the
+// controllers read. The cache holds no Secret's data, whatever its size; the
+// few Secrets whose data the operator needs (its signing key, its
+// certificate, pull secret sources) it reads from the apiserver.
 package secrets
 
 import (
@@ -18,13 +17,6 @@ func Meta() *metav1.PartialObjectMetadata {
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	return m
-}
-
-// MetaList is an empty list of Secrets as the operator caches them.
-func MetaList() *metav1.PartialObjectMetadataList {
-	l := &metav1.PartialObjectMetadataList{}
-	l.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
-	return l
 }
 
 // maxValue is longer than any value the operator writes on a Secret: a

@@ -79,6 +79,22 @@ func TestPullSecretIsCopiedWhereInjected(t *testing.T) {
 		t.Fatalf("hand-made secret changed: %+v %v", kept, err)
 	}
 
+	// Copies are not watched: the resync writes them again, so an edit is
+	// undone and a deleted copy made again.
+	var c corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c); err != nil {
+		t.Fatal(err)
+	}
+	c.Data = dockerConfig("ZXZpbA==")
+	if err := k8s.Update(ctx, &c); err != nil {
+		t.Fatal(err)
+	}
+	waitCopy(source.Data)
+	if err := k8s.Delete(ctx, &c); err != nil {
+		t.Fatal(err)
+	}
+	waitCopy(source.Data)
+
 	// The last injected pod of the namespace goes: so does the copy.
 	if err := k8s.Delete(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -93,4 +109,83 @@ func TestPullSecretIsCopiedWhereInjected(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(handMade), &kept); err != nil {
 		t.Fatalf("hand-made secret deleted: %v", err)
 	}
+}
+
+// The operator writes and deletes a copy only while it is the Secret the
+// operator made: one that replaced it, of the same name, is left alone, as
+// the apiserver checks the UID the operator recorded.
+func TestPullSecretCopyReplacedByATenantIsLeftAlone(t *testing.T) {
+	ctx := context.Background()
+	registry, name := operatorNamespace, "regcred-"+rand.String(6)
+	source := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: registry},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       dockerConfig("djE="),
+	}
+	if err := k8s.Create(ctx, source); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), source) })
+	sc := agentSidecar(nil)
+	sc.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: registry, Name: name}
+	applySidecar(t, sc)
+	// A barrier in another namespace: the operator writes and deletes the
+	// copies of one Sidecar in one pass.
+	ns, barrier := createNamespace(t, nil), createNamespace(t, nil)
+	pod, barrierPod := createPod(t, sc, ns, ""), createPod(t, sc, barrier, "")
+	key, barrierKey := client.ObjectKey{Namespace: ns, Name: name}, client.ObjectKey{Namespace: barrier, Name: name}
+	eventually(t, 20*time.Second, func() error { return k8s.Get(ctx, key, &corev1.Secret{}) })
+
+	// The tenant deletes the copy and makes a Secret of its own of that
+	// name, labelled as a copy, before the operator makes it again.
+	var theirs corev1.Secret
+	eventually(t, 20*time.Second, func() error {
+		if err := k8s.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		theirs = corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
+				v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: "true",
+			}},
+			Data: map[string][]byte{"mine": []byte("1")},
+		}
+		return k8s.Create(ctx, &theirs)
+	})
+	untouched := func() {
+		t.Helper()
+		var kept corev1.Secret
+		if err := k8s.Get(ctx, key, &kept); err != nil || kept.UID != theirs.UID || string(kept.Data["mine"]) != "1" || len(kept.Data) != 1 {
+			t.Fatalf("the tenant's Secret changed: %+v %v", kept, err)
+		}
+	}
+
+	// A resync after it: the barrier's copy, edited, is written again.
+	var edited corev1.Secret
+	eventually(t, 20*time.Second, func() error { return k8s.Get(ctx, barrierKey, &edited) })
+	edited.Data = dockerConfig("ZXZpbA==")
+	if err := k8s.Update(ctx, &edited); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		var c corev1.Secret
+		if err := k8s.Get(ctx, barrierKey, &c); err != nil || !bytes.Equal(c.Data[corev1.DockerConfigJsonKey], source.Data[corev1.DockerConfigJsonKey]) {
+			return fmt.Errorf("barrier copy not written again: %v", err)
+		}
+		return nil
+	})
+	untouched()
+
+	// The pods go: the barrier's copy goes, the tenant's Secret stays.
+	for _, p := range []*corev1.Pod{pod, barrierPod} {
+		if err := k8s.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 20*time.Second, func() error {
+		if err := k8s.Get(ctx, barrierKey, &corev1.Secret{}); !isNotFound(err) {
+			return fmt.Errorf("barrier copy still there: %v", err)
+		}
+		return nil
+	})
+	untouched()
 }

@@ -17,11 +17,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -31,16 +31,20 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/grants"
 	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
 	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
-	"github.com/sidecar-operator/sidecar-operator/internal/secrets"
 )
 
-// Copies are written in every namespace with injected pods, and cached as
-// metadata (a label-filtered watch, which RBAC cannot narrow by label: any
-// tenant can label a Secret as a copy). Sources are read live, only where
-// --pull-secret-namespaces allows: get is granted by a Role in the operator's
-// namespace, the default; other namespaces need their own.
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=list;watch;create;update;delete
+// Copies are written by name and never read: outside the source namespaces
+// the operator holds no get, list or watch of Secrets, so a stolen token
+// reads none of a tenant's. Which copies exist, and the UID each was created
+// with, is kept in a ConfigMap of the operator's namespace (the ledger);
+// every write and delete of a copy names that UID, so the apiserver refuses
+// it on a Secret of the same name that someone else made. Sources are read
+// live, only where --pull-secret-namespaces allows: get is granted by a Role
+// in the operator's namespace, the default; other namespaces need their own.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;patch;delete
 // +kubebuilder:rbac:groups="",namespace=sidecar-operator-system,resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",namespace=sidecar-operator-system,resources=configmaps,verbs=create
+// +kubebuilder:rbac:groups="",namespace=sidecar-operator-system,resources=configmaps,verbs=get;update,resourceNames=sidecar-operator-pull-secret-copies
 
 const (
 	// ReasonPullSecretNotCopied is the Warning Event on a Sidecar whose
@@ -49,9 +53,16 @@ const (
 	// tell anyone who can forge a review whether a Secret exists, and its type.
 	ReasonPullSecretNotCopied = "PullSecretNotCopied"
 
-	// DefaultResync bounds how long a copy lags a change of its
-	// source, which is not watched: watching every Secret would cache them all.
+	// DefaultResync bounds how long a copy lags a change of its source,
+	// and how long an edited or deleted copy stays so: neither is watched.
 	DefaultResync = time.Minute
+
+	// LedgerName is the ConfigMap, in the operator's namespace, that records
+	// the copies.
+	LedgerName = "sidecar-operator-pull-secret-copies"
+
+	// fieldManager owns the fields of a copy the operator applies.
+	fieldManager = "sidecar-operator"
 )
 
 // isCopy is the value of LabelPullSecretCopy on a copy.
@@ -66,20 +77,30 @@ var fleetKey = types.NamespacedName{Name: "pull-secrets"}
 // works on the whole fleet at once, since Sidecars may share a source.
 type Reconciler struct {
 	Client client.Client
-	// Cache holds the metadata of labelled Secrets (secrets.Meta), copies
-	// among them; Client reads no Secret from it.
-	Cache     client.Reader
+	// APIReader reads the sources and the ledger: the cache holds neither.
 	APIReader client.Reader
-	Gate      *grants.Gate
-	Pods      podcache.InjectedWith
-	Policy    authorship.PullSecretPolicy
-	// Resync is how often copies are compared with their sources, which are
-	// not watched; zero means DefaultResync.
+	// Ledger is where the copies are recorded: LedgerName in the
+	// operator's namespace.
+	Ledger types.NamespacedName
+	Gate   *grants.Gate
+	Pods   podcache.InjectedWith
+	Policy authorship.PullSecretPolicy
+	// Resync is how often every copy is written again, as its source holds
+	// it: an edited copy is restored and a deleted one made again. Zero
+	// means DefaultResync.
 	Resync time.Duration
 	// Events tells Sidecars why their pull secret is not copied; nil tells
 	// none. The recorder folds repeats, one per resync, into a series.
 	Events recorder.EventRecorder
 	Log    logr.Logger
+
+	// ledger is the copies as last read or written; nil reads it again.
+	ledger *ledger
+	// written is the digest of the source each copy was last written
+	// from: a pass between resyncs writes only the copies it changes.
+	written map[types.NamespacedName]string
+	// lastResync is when every copy was last written.
+	lastResync time.Time
 }
 
 // SetupWithManager runs the controller on the leader.
@@ -93,11 +114,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.C
 		Watches(&v1alpha1.Sidecar{}, all, builder.WithPredicates(watch.SidecarChanged())).
 		Watches(&corev1.Pod{}, all, builder.WithPredicates(watch.JudgementChanged())).
 		Watches(namespaces.Meta(), all, builder.WithPredicates(watch.NamespaceGrantsChanged())).
-		// Only copies matter; a tenant's Secret labelled as the operator's
-		// costs a label check, not a pass over the fleet.
-		Watches(secrets.Meta(), all, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return o.GetLabels()[v1alpha1.LabelPullSecretCopy] == isCopy
-		}))).
 		WatchesRawSource(keyChanges.Source(all)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
@@ -142,24 +158,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 	}
 
+	if r.ledger == nil {
+		l, err := readLedger(ctx, r.APIReader, r.Ledger)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		r.ledger, r.written = l, map[types.NamespacedName]string{}
+	}
+	resync := time.Since(r.lastResync) >= r.Resync
+	if resync {
+		clear(r.written)
+	}
 	sources, errs := r.judgeSources(ctx, sidecars.Items)
 	for key, ref := range want {
 		src := sources[ref]
 		if src == nil || authorship.CheckPullSecretType(src) != nil {
 			continue
 		}
-		errs = append(errs, r.applyCopy(ctx, key, ref, src))
+		errs = append(errs, r.writeCopy(ctx, key, ref, src))
 	}
-	copies := secrets.MetaList()
-	if err := r.Cache.List(ctx, copies, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: isCopy}); err != nil {
-		return ctrl.Result{}, err
-	}
-	for i := range copies.Items {
-		c := &copies.Items[i]
-		if _, ok := want[client.ObjectKeyFromObject(c)]; !ok && !lagging[c.Annotations[v1alpha1.AnnotationCopiedFrom]] {
-			r.Log.Info("deleting pull secret copy", "secret", client.ObjectKeyFromObject(c).String())
-			errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, c)))
+	for key, c := range r.ledger.copies {
+		if _, ok := want[key]; !ok && !lagging[c.from] {
+			errs = append(errs, r.deleteCopy(ctx, key, c))
 		}
+	}
+	// Saved even when some writes failed: the copies made must be recorded.
+	errs = append(errs, r.ledger.save(ctx, r.Client, r.APIReader))
+	if resync {
+		r.lastResync = time.Now()
 	}
 	next := r.Resync
 	if len(lagging) > 0 {
@@ -217,40 +243,92 @@ func (r *Reconciler) judgeSources(ctx context.Context, sidecars []v1alpha1.Sidec
 	return sources, errs
 }
 
-// applyCopy makes the copy at key hold src. The cache holds no data: a copy
-// carries the digest of what it was copied from, and is written whole when
-// its source's digest differs.
-func (r *Reconciler) applyCopy(ctx context.Context, key types.NamespacedName, ref v1alpha1.SecretReference, src *corev1.Secret) error {
-	from := ref.Namespace + "/" + ref.Name
-	copyOf := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: key.Name, Namespace: key.Namespace,
-			Labels:      map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: isCopy},
-			Annotations: map[string]string{v1alpha1.AnnotationCopiedFrom: from, v1alpha1.AnnotationCopiedDigest: digest(src)},
-		},
-		Type: src.Type,
-		Data: src.Data,
+// writeCopy makes the copy at key hold src. A copy the ledger does not know
+// is created, and one that exists then is someone else's Secret, left alone.
+// A known one is applied with the UID it was created with: the apiserver
+// refuses that where the Secret of its name is another, and says a deleted
+// one is gone, so it is made again.
+func (r *Reconciler) writeCopy(ctx context.Context, key types.NamespacedName, ref v1alpha1.SecretReference, src *corev1.Secret) error {
+	from, sum := ref.Namespace+"/"+ref.Name, digest(src)
+	c, known := r.ledger.copies[key]
+	if known && c.from != from {
+		return fmt.Errorf("secret %s is a copy of %s, not of %s: left alone", key, c.from, from)
 	}
-	have := secrets.Meta()
-	err := r.Cache.Get(ctx, key, have)
-	if apierrors.IsNotFound(err) {
-		err = r.Client.Create(ctx, copyOf)
-		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("secret %s exists and was not made by sidecar-operator: not replaced by a copy of %s", key, from)
+	if known && r.written[key] == sum {
+		return nil
+	}
+	labels := map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: isCopy}
+	annotations := map[string]string{v1alpha1.AnnotationCopiedFrom: from, v1alpha1.AnnotationCopiedDigest: sum}
+	if known {
+		applied := corev1ac.Secret(key.Name, key.Namespace).WithUID(c.uid).
+			WithLabels(labels).WithAnnotations(annotations).WithType(src.Type).WithData(src.Data)
+		err := r.Client.Apply(ctx, applied, client.FieldOwner(fieldManager), client.ForceOwnership)
+		switch {
+		case err == nil:
+			r.written[key] = sum
+			return nil
+		case isUIDChange(err):
+			r.ledger.forget(key)
+			return fmt.Errorf("secret %s was replaced by one sidecar-operator did not make: left alone", key)
+		case !apierrors.IsConflict(err):
+			return err
 		}
+		// A conflict on the UID: the copy was deleted. It is made again.
+	}
+	if err := recordable(key); err != nil {
 		return err
+	}
+	made := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: labels, Annotations: annotations},
+		Type:       src.Type,
+		Data:       src.Data,
+	}
+	err := r.Client.Create(ctx, made)
+	if apierrors.IsAlreadyExists(err) {
+		r.ledger.forget(key)
+		return fmt.Errorf("secret %s exists and was not made by sidecar-operator: not replaced by a copy of %s", key, from)
 	}
 	if err != nil {
 		return err
 	}
-	if have.Annotations[v1alpha1.AnnotationCopiedFrom] != from {
-		return fmt.Errorf("secret %s is a copy of %s, not of %s: left alone", key, have.Annotations[v1alpha1.AnnotationCopiedFrom], from)
+	r.ledger.record(key, copyRecord{uid: made.UID, from: from})
+	r.written[key] = sum
+	return nil
+}
+
+// deleteCopy deletes the copy at key if it is still the Secret the operator
+// made.
+func (r *Reconciler) deleteCopy(ctx context.Context, key types.NamespacedName, c copyRecord) error {
+	r.Log.Info("deleting pull secret copy", "secret", key.String())
+	gone := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+	err := r.Client.Delete(ctx, gone, client.Preconditions{UID: &c.uid})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return err
 	}
-	if have.Annotations[v1alpha1.AnnotationCopiedDigest] == copyOf.Annotations[v1alpha1.AnnotationCopiedDigest] {
-		return nil
+	r.ledger.forget(key)
+	delete(r.written, key)
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("secret %s was replaced by one sidecar-operator did not make: left alone", key)
 	}
-	copyOf.ResourceVersion = have.ResourceVersion
-	return r.Client.Update(ctx, copyOf)
+	return nil
+}
+
+// isUIDChange tells the apiserver's refusal of a write that names another
+// UID than the object's.
+func isUIDChange(err error) bool {
+	if !apierrors.IsInvalid(err) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, cause := range status.Status().Details.Causes {
+		if cause.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
 }
 
 // digest is the SHA-256 of a Secret's type and data, each length-prefixed.

@@ -3,12 +3,14 @@ package pullsecret
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,12 +29,20 @@ func TestPullSecretCopies(t *testing.T) {
 	ownedCopy := func(ns, from string) *corev1.Secret {
 		return &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
-				Namespace: ns, Name: "regcred",
+				Namespace: ns, Name: "regcred", UID: types.UID("copy-in-" + ns),
 				Labels:      map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy, v1alpha1.LabelPullSecretCopy: "true"},
 				Annotations: map[string]string{v1alpha1.AnnotationCopiedFrom: from},
 			},
 			Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"old":1}`)},
 		}
+	}
+	// ledger records the copies, as the operator made them.
+	ledger := func(copies ...*corev1.Secret) *corev1.ConfigMap {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "sidecar-operator-system", Name: LedgerName}, Data: map[string]string{}}
+		for _, c := range copies {
+			cm.Data[c.Namespace+"."+c.Name] = string(c.UID) + " " + c.Annotations[v1alpha1.AnnotationCopiedFrom]
+		}
+		return cm
 	}
 	for _, tc := range []struct {
 		name  string
@@ -53,7 +63,7 @@ func TestPullSecretCopies(t *testing.T) {
 		},
 		{
 			name: "an outdated copy follows its source",
-			have: []client.Object{ownedCopy("app", "ops/regcred")},
+			have: []client.Object{ownedCopy("app", "ops/regcred"), ledger(ownedCopy("app", "ops/regcred"))},
 			check: func(t *testing.T, c client.Client) {
 				var got corev1.Secret
 				if err := c.Get(context.Background(), client.ObjectKey{Namespace: "app", Name: "regcred"}, &got); err != nil {
@@ -66,7 +76,7 @@ func TestPullSecretCopies(t *testing.T) {
 		},
 		{
 			name: "a copy where no pod is injected goes",
-			have: []client.Object{ownedCopy("elsewhere", "ops/regcred")},
+			have: []client.Object{ownedCopy("elsewhere", "ops/regcred"), ledger(ownedCopy("elsewhere", "ops/regcred"))},
 			check: func(t *testing.T, c client.Client) {
 				var got corev1.Secret
 				if err := c.Get(context.Background(), client.ObjectKey{Namespace: "elsewhere", Name: "regcred"}, &got); err == nil {
@@ -85,23 +95,28 @@ func TestPullSecretCopies(t *testing.T) {
 			},
 		},
 		{
-			// The cache holds no data: the digest stands for it.
-			name: "a copy that carries its source's digest is not written again",
-			have: []client.Object{func() *corev1.Secret {
-				c := ownedCopy("app", "ops/regcred")
-				c.Annotations[v1alpha1.AnnotationCopiedDigest] = digest(source)
-				return c
-			}()},
+			name: "a copy the ledger does not know is left alone",
+			have: []client.Object{ownedCopy("app", "ops/regcred")},
 			check: func(t *testing.T, c client.Client) {
 				var got corev1.Secret
 				if err := c.Get(context.Background(), client.ObjectKey{Namespace: "app", Name: "regcred"}, &got); err != nil || string(got.Data[corev1.DockerConfigJsonKey]) != `{"old":1}` {
-					t.Errorf("copy written again: %+v %v", got, err)
+					t.Errorf("copy written: %+v %v", got, err)
+				}
+			},
+		},
+		{
+			name: "a copy deleted by someone is made again",
+			have: []client.Object{ledger(ownedCopy("app", "ops/regcred"))},
+			check: func(t *testing.T, c client.Client) {
+				var got corev1.Secret
+				if err := c.Get(context.Background(), client.ObjectKey{Namespace: "app", Name: "regcred"}, &got); err != nil || !bytes.Equal(got.Data[corev1.DockerConfigJsonKey], source.Data[corev1.DockerConfigJsonKey]) {
+					t.Errorf("copy not made again: %+v %v", got, err)
 				}
 			},
 		},
 		{
 			name: "a copy of another source is left alone",
-			have: []client.Object{ownedCopy("app", "ops/other")},
+			have: []client.Object{ownedCopy("app", "ops/other"), ledger(ownedCopy("app", "ops/other"))},
 			check: func(t *testing.T, c client.Client) {
 				var got corev1.Secret
 				if err := c.Get(context.Background(), client.ObjectKey{Namespace: "app", Name: "regcred"}, &got); err != nil || got.Annotations[v1alpha1.AnnotationCopiedFrom] != "ops/other" {
@@ -121,7 +136,7 @@ func TestPullSecretCopies(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := &Reconciler{
-				Client: c, Cache: c, APIReader: c, Gate: gate, Pods: controllertest.ListedPods(c), Log: logr.Discard(), Resync: time.Minute,
+				Client: c, APIReader: c, Gate: gate, Ledger: client.ObjectKey{Namespace: "sidecar-operator-system", Name: LedgerName}, Pods: controllertest.ListedPods(c), Log: logr.Discard(), Resync: time.Minute,
 				Policy: authorship.PullSecretPolicy{Namespaces: []string{"ops"}},
 			}
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: fleetKey})
@@ -132,5 +147,18 @@ func TestPullSecretCopies(t *testing.T) {
 			}
 			tc.check(t, c)
 		})
+	}
+}
+
+// A ConfigMap's key holds 253 characters: a copy the ledger could not
+// record would make it unsavable, and leave every copy of the pass
+// unrecorded, so it is not made.
+func TestCopiesTheLedgerCannotRecordAreNotMade(t *testing.T) {
+	ns := strings.Repeat("n", 63)
+	if err := recordable(types.NamespacedName{Namespace: ns, Name: strings.Repeat("s", 189)}); err != nil {
+		t.Errorf("253 characters refused: %v", err)
+	}
+	if err := recordable(types.NamespacedName{Namespace: ns, Name: strings.Repeat("s", 190)}); err == nil {
+		t.Error("254 characters accepted")
 	}
 }

@@ -34,6 +34,10 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
+// The key Secret is watched in the operator's namespace only, read live,
+// made and updated there.
+// +kubebuilder:rbac:groups="",namespace=sidecar-operator-system,resources=secrets,verbs=get;list;watch;create;update
+
 const (
 	// DefaultSecret holds the keys that sign injection records.
 	DefaultSecret = "sidecar-operator-signing-key"

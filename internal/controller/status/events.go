@@ -28,16 +28,18 @@ const noteLimit = 1024
 // that may be told once more.) Creates are rate limited: a pass never
 // blocks, and what the limit defers is told on a later pass.
 type podEvents struct {
-	client   client.Client
+	client client.Client
+	// live reads Events back: the role may get them, not list or watch.
+	live     client.Reader
 	limiter  *rate.Limiter
 	instance string
 	// told holds the keys told or found told, so that a pass writes only new ones.
 	told map[string]bool
 }
 
-func newPodEvents(c client.Client, perSecond rate.Limit, burst int) *podEvents {
+func newPodEvents(c client.Client, live client.Reader, perSecond rate.Limit, burst int) *podEvents {
 	host, _ := os.Hostname()
-	return &podEvents{client: c, limiter: rate.NewLimiter(perSecond, burst), instance: reportingController + "-" + host, told: map[string]bool{}}
+	return &podEvents{client: c, live: live, limiter: rate.NewLimiter(perSecond, burst), instance: reportingController + "-" + host, told: map[string]bool{}}
 }
 
 // tell records the Event of key (callers skip the keys in told); false
@@ -79,7 +81,7 @@ func (e *podEvents) tell(ctx context.Context, key string, regarding, related *co
 // ev is recorded under a generated name.
 func (e *podEvents) toldBefore(ctx context.Context, ev *eventsv1.Event) error {
 	var have eventsv1.Event
-	if err := e.client.Get(ctx, client.ObjectKeyFromObject(ev), &have); err != nil {
+	if err := e.live.Get(ctx, client.ObjectKeyFromObject(ev), &have); err != nil {
 		return err
 	}
 	if have.ReportingController == ev.ReportingController && have.Type == ev.Type && have.Reason == ev.Reason &&

@@ -69,7 +69,10 @@ const interval = time.Second
 // Reconciler writes every Sidecar's status from one pass over the pods.
 type Reconciler struct {
 	Client client.Client
-	Gate   *grants.Gate
+	// APIReader reads Events: the role may get them, not list or watch,
+	// so a read through Client's cache would wait forever.
+	APIReader client.Reader
+	Gate      *grants.Gate
 	// Pods yields the cached pods, read-only.
 	Pods func(yield func(*corev1.Pod) bool)
 	// NamespaceLabels reads the cached namespaces.
@@ -108,7 +111,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.C
 func (r *Reconciler) prepare() {
 	r.gauged = sets.New[string]()
 	r.serving = webhookconfig.NewServing(r.Webhook)
-	r.events = newPodEvents(r.Client, eventsPerSecond, eventsBurst)
+	r.events = newPodEvents(r.Client, r.APIReader, eventsPerSecond, eventsBurst)
 }
 
 // Reconcile judges every cached pod and writes each Sidecar's status.

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/controllertest"
@@ -26,12 +28,18 @@ const operatorNamespace = "sidecar-operator-system"
 // its pods in place of the cache, judging with f's keys and engine.
 func newReconciler(t *testing.T, f *controllertest.Fleet, c client.Client) *Reconciler {
 	t.Helper()
+	return newReconcilerReading(t, f, c, c)
+}
+
+// newReconcilerReading is newReconciler whose live reads go to live.
+func newReconcilerReading(t *testing.T, f *controllertest.Fleet, c client.Client, live client.Reader) *Reconciler {
+	t.Helper()
 	gate, err := grants.NewGate(f.Keys, f.Engines, c, c, operatorNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &Reconciler{
-		Client: c, Gate: gate, Log: logr.Discard(),
+		Client: c, APIReader: live, Gate: gate, Log: logr.Discard(),
 		NamespaceLabels: func(name string) (map[string]string, bool) { return namespaces.Labels(c, name) },
 		Webhook:         webhookconfig.Mutating(webhookconfig.DefaultName, webhookconfig.Target{URL: "https://127.0.0.1:9443"}, nil, "Fail", webhookconfig.AllNamespaces, operatorNamespace),
 		Pods: func(yield func(*corev1.Pod) bool) {
@@ -144,6 +152,30 @@ func TestMissedToldOnceAcrossLeaders(t *testing.T) {
 	}
 	if len(events.Items) != 1 || events.Items[0].Reason != ReasonInjectionMissed {
 		t.Fatalf("Events %+v, want one %s", events.Items, ReasonInjectionMissed)
+	}
+}
+
+// The RBAC grants get on Events, not list or watch: a read through the
+// cache, which would start a cluster-wide Events informer, would wait
+// forever and stop the controller. The next leader reads the Event live.
+func TestToldBeforeReadsEventsLive(t *testing.T) {
+	f := controllertest.NewFleet(t, func(*v1alpha1.Sidecar) {})
+	c := controllertest.FakeCluster(f.Sidecar, controllertest.Namespace("app"), plainPod("app", "m"))
+	noEventsCache := interceptor.NewClient(c, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if _, ok := obj.(*eventsv1.Event); ok {
+			return errors.New("the cache would start an Events informer the RBAC cannot serve")
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}})
+	for leader := range 2 {
+		r := newReconcilerReading(t, f, noEventsCache, c)
+		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: fleetKey}); err != nil {
+			t.Fatalf("leader %d: %v", leader, err)
+		}
+		// The second finds the first's Event by reading it.
+		if len(r.events.told) != 1 {
+			t.Fatalf("leader %d holds %d pods told, want 1", leader, len(r.events.told))
+		}
 	}
 }
 
