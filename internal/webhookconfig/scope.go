@@ -2,7 +2,11 @@ package webhookconfig
 
 import (
 	"context"
+	"regexp"
 	"slices"
+	"strings"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,16 +79,56 @@ func LoadScope(ctx context.Context, r client.Reader) (Scope, error) {
 	return ScopeOf(sidecars.Items, namespaces.Items), nil
 }
 
-// requirements are the namespaceSelector's terms for the scope: none for
-// every namespace, the names otherwise, and for no name a term no namespace
-// meets (the apiserver sets kubernetes.io/metadata.name on each, and refuses
-// In with no values).
-func (s Scope) requirements() []metav1.LabelSelectorRequirement {
-	switch {
-	case s.all:
+// ScopeCondition names the mutating webhook's matchCondition that holds the
+// scope. A matchCondition and not a namespaceSelector term, because the
+// installer renders the namespaceSelector and the operator adds this entry:
+// matchConditions are a list keyed by name, so Helm's server-side apply of
+// the chart leaves the entry the operator wrote alone, where it would
+// conflict with the operator's own value of a namespaceSelector.
+const ScopeCondition = "in-a-namespace-a-sidecar-selects"
+
+// scopeExpression matches what matchConditions writes: namespace names are
+// DNS labels, which need no escaping inside single quotes.
+var scopeExpression = regexp.MustCompile(`^request\.namespace in \[('[a-z0-9-]+'(, '[a-z0-9-]+')*)?\]$`)
+
+// matchConditions are the scope's matchCondition: none for every
+// namespace, else the names, and for no name one no request meets.
+func (s Scope) matchConditions() []admissionv1.MatchCondition {
+	if s.all {
 		return nil
-	case len(s.names) == 0:
-		return []metav1.LabelSelectorRequirement{{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpDoesNotExist}}
 	}
-	return []metav1.LabelSelectorRequirement{{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: s.names}}
+	quoted := make([]string, len(s.names))
+	for i, n := range s.names {
+		quoted[i] = "'" + n + "'"
+	}
+	return []admissionv1.MatchCondition{{Name: ScopeCondition, Expression: "request.namespace in [" + strings.Join(quoted, ", ") + "]"}}
+}
+
+// scopeIn reads the scope back from a webhook's matchConditions: every
+// namespace when there is no scope condition, or one it cannot read (a
+// scope that errs sends too many pods, never too few).
+func scopeIn(conditions []admissionv1.MatchCondition) Scope {
+	for _, c := range conditions {
+		if c.Name != ScopeCondition {
+			continue
+		}
+		m := scopeExpression.FindStringSubmatch(c.Expression)
+		if m == nil {
+			return AllNamespaces
+		}
+		var names []string
+		for q := range strings.SplitSeq(m[1], ", ") {
+			if q != "" {
+				names = append(names, strings.Trim(q, "'"))
+			}
+		}
+		return Scope{names: names}
+	}
+	return AllNamespaces
+}
+
+// Selects reports whether the scope holds the namespace.
+func (s Scope) Selects(namespace string) bool {
+	_, found := slices.BinarySearch(s.names, namespace)
+	return s.all || found
 }

@@ -1,15 +1,20 @@
 package webhookconfig
 
 import (
+	"context"
 	"maps"
+	"reflect"
 	"slices"
 	"testing"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 )
 
 // The mutating webhook is sent the pods of the namespaces some Sidecar's
@@ -69,8 +74,57 @@ func TestScopeOf(t *testing.T) {
 	}
 	// The names are sorted, so that the same Sidecars and namespaces make the
 	// same configuration whichever writer computes it.
-	got := ScopeOf([]v1alpha1.Sidecar{sidecar(team("pay"))}, namespaces).requirements()
-	if len(got) != 1 || len(got[0].Values) != 2 || got[0].Values[0] != "billing" {
-		t.Errorf("requirements %v, want the sorted names billing, payments", got)
+	got := ScopeOf([]v1alpha1.Sidecar{sidecar(team("pay"))}, namespaces).matchConditions()
+	if len(got) != 1 || got[0].Expression != "request.namespace in ['billing', 'payments']" {
+		t.Errorf("matchConditions %v, want the sorted names billing, payments", got)
+	}
+}
+
+// TestScopeReadBack: what Serving reads from a configuration is the scope
+// written into it, and a scope condition it cannot read serves every
+// namespace.
+func TestScopeReadBack(t *testing.T) {
+	for _, scope := range []Scope{AllNamespaces, {}, {names: []string{"a"}}, {names: []string{"billing", "payments-2"}}} {
+		if got := scopeIn(scope.matchConditions()); !reflect.DeepEqual(got, scope) {
+			t.Errorf("scope %+v read back as %+v", scope, got)
+		}
+	}
+	foreign := []admissionv1.MatchCondition{{Name: ScopeCondition, Expression: "request.namespace != 'kube-system'"}}
+	if got := scopeIn(foreign); !got.all {
+		t.Errorf("an unreadable scope condition read as %+v, want every namespace", got)
+	}
+}
+
+// TestEnsureMutatingWritesOnlyItsOwnWhereInstalled: where the installer owns
+// the configuration, the operator writes its caBundle and its scope and
+// leaves the rest as the installer wrote it, so that Helm's server-side
+// apply of the chart finds no field of the operator's to conflict with.
+func TestEnsureMutatingWritesOnlyItsOwnWhereInstalled(t *testing.T) {
+	ctx := context.Background()
+	target := Target{ServiceNamespace: "ops", ServiceName: "sidecar-operator"}
+	installed, _ := Installed("ops", admissionv1.Fail)
+	installed.Webhooks[0].TimeoutSeconds = new(int32(7)) // the installer's choice
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(installed).Build()
+	want := Mutating(DefaultName, target, []byte("CA"), admissionv1.Fail, Scope{names: []string{"pay"}}, "ops")
+	if err := EnsureMutating(ctx, c, want, false); err != nil {
+		t.Fatal(err)
+	}
+	var have admissionv1.MutatingWebhookConfiguration
+	if err := c.Get(ctx, client.ObjectKeyFromObject(want), &have); err != nil {
+		t.Fatal(err)
+	}
+	w := have.Webhooks[0]
+	if *w.TimeoutSeconds != 7 || string(w.ClientConfig.CABundle) != "CA" || !reflect.DeepEqual(w.MatchConditions, want.Webhooks[0].MatchConditions) {
+		t.Errorf("timeoutSeconds %d, caBundle %q, matchConditions %v: want the installer's 7, the operator's caBundle and scope",
+			*w.TimeoutSeconds, w.ClientConfig.CABundle, w.MatchConditions)
+	}
+	if err := EnsureMutating(ctx, c, want, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(want), &have); err != nil {
+		t.Fatal(err)
+	}
+	if *have.Webhooks[0].TimeoutSeconds != PodTimeoutSeconds {
+		t.Errorf("owned: timeoutSeconds %d, want the operator's %d", *have.Webhooks[0].TimeoutSeconds, PodTimeoutSeconds)
 	}
 }

@@ -6,6 +6,7 @@ package webhookconfig
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -126,15 +127,16 @@ func Mutating(
 					Scope: ptr.To(admissionv1.NamespacedScope),
 				},
 			}},
-			// Pods that skip every sidecar need no round trip.
-			MatchConditions: []admissionv1.MatchCondition{{
+			// Pods that skip every sidecar need no round trip, nor those of a
+			// namespace no Sidecar selects.
+			MatchConditions: append([]admissionv1.MatchCondition{{
 				Name:       "not-skipping-every-sidecar",
 				Expression: `!has(object.metadata.annotations) || object.metadata.annotations[?'sidecar-operator.io/skip'].orValue('') != '*'`,
-			}},
-			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: append([]metav1.LabelSelectorRequirement{
+			}}, scope.matchConditions()...),
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 				{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: excluded},
 				{Key: v1alpha1.LabelWebhook, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"disabled"}},
-			}, scope.requirements()...)},
+			}},
 			ObjectSelector: &metav1.LabelSelector{},
 		}},
 	}
@@ -230,11 +232,11 @@ func PodValidationNamespaces(excludeNamespaces ...string) *metav1.LabelSelector 
 }
 
 // EnsureValidating is EnsureMutating for the validating configuration.
-func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.ValidatingWebhookConfiguration, create bool) error {
+func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.ValidatingWebhookConfiguration, owned bool) error {
 	var have admissionv1.ValidatingWebhookConfiguration
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
 	if apierrors.IsNotFound(err) {
-		if !create {
+		if !owned {
 			return errNotInstalled("ValidatingWebhookConfiguration", want.Name)
 		}
 		return c.Create(ctx, want)
@@ -242,27 +244,43 @@ func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.Va
 	if err != nil {
 		return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", want.Name, err)
 	}
-	for i := range want.Webhooks {
-		if want.Webhooks[i].ClientConfig.CABundle == nil && i < len(have.Webhooks) {
-			want.Webhooks[i].ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
+	webhooks := slices.Clone(want.Webhooks)
+	if !owned {
+		webhooks = make([]admissionv1.ValidatingWebhook, len(have.Webhooks))
+		for i := range have.Webhooks {
+			have.Webhooks[i].DeepCopyInto(&webhooks[i])
 		}
 	}
-	if equality.Semantic.DeepEqual(have.Webhooks, want.Webhooks) {
+	for i := range webhooks {
+		w := &webhooks[i]
+		j := slices.IndexFunc(want.Webhooks, func(v admissionv1.ValidatingWebhook) bool { return v.Name == w.Name })
+		k := slices.IndexFunc(have.Webhooks, func(v admissionv1.ValidatingWebhook) bool { return v.Name == w.Name })
+		if j >= 0 && want.Webhooks[j].ClientConfig.CABundle != nil {
+			w.ClientConfig.CABundle = want.Webhooks[j].ClientConfig.CABundle
+		} else if k >= 0 {
+			w.ClientConfig.CABundle = have.Webhooks[k].ClientConfig.CABundle
+		}
+	}
+	if equality.Semantic.DeepEqual(have.Webhooks, webhooks) {
 		return nil
 	}
-	have.Webhooks = want.Webhooks
+	have.Webhooks = webhooks
 	return c.Update(ctx, &have)
 }
 
 // EnsureMutating brings an existing configuration to the desired webhooks,
-// keeping its metadata, or creates a missing one if create (see
-// Target.CreatesMissing). A desired webhook with no caBundle keeps the one it
-// has: cert-manager's CA injector sets it.
-func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration, create bool) error {
+// keeping its metadata, or creates a missing one. owned (see
+// Target.CreatesMissing) says the operator owns the configuration: outside a
+// cluster, where no installer does. Otherwise the installer owns it, and
+// the operator writes only what is its own: the caBundles and the scope
+// (ScopeCondition); the grant policy refuses its identity any other change.
+// A desired webhook with no caBundle keeps the one it has: cert-manager's
+// CA injector sets it.
+func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration, owned bool) error {
 	var have admissionv1.MutatingWebhookConfiguration
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
 	if apierrors.IsNotFound(err) {
-		if !create {
+		if !owned {
 			return errNotInstalled("MutatingWebhookConfiguration", want.Name)
 		}
 		return c.Create(ctx, want)
@@ -270,18 +288,43 @@ func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.Muta
 	if err != nil {
 		return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", want.Name, err)
 	}
-	webhooks := make([]admissionv1.MutatingWebhook, len(want.Webhooks))
-	for i, w := range want.Webhooks {
-		if w.ClientConfig.CABundle == nil && i < len(have.Webhooks) {
-			w.ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
+	webhooks := slices.Clone(want.Webhooks)
+	if !owned {
+		webhooks = make([]admissionv1.MutatingWebhook, len(have.Webhooks))
+		for i := range have.Webhooks {
+			have.Webhooks[i].DeepCopyInto(&webhooks[i])
 		}
-		webhooks[i] = w
+	}
+	for i := range webhooks {
+		w := &webhooks[i]
+		j := slices.IndexFunc(want.Webhooks, func(v admissionv1.MutatingWebhook) bool { return v.Name == w.Name })
+		k := slices.IndexFunc(have.Webhooks, func(v admissionv1.MutatingWebhook) bool { return v.Name == w.Name })
+		if j >= 0 && want.Webhooks[j].ClientConfig.CABundle != nil {
+			w.ClientConfig.CABundle = want.Webhooks[j].ClientConfig.CABundle
+		} else if k >= 0 {
+			w.ClientConfig.CABundle = have.Webhooks[k].ClientConfig.CABundle
+		}
+		if !owned && j >= 0 {
+			w.MatchConditions = withScope(w.MatchConditions, want.Webhooks[j].MatchConditions)
+		}
 	}
 	if equality.Semantic.DeepEqual(have.Webhooks, webhooks) {
 		return nil
 	}
 	have.Webhooks = webhooks
 	return c.Update(ctx, &have)
+}
+
+// withScope is conditions with the scope condition of wanted in place of
+// its own.
+func withScope(conditions, wanted []admissionv1.MatchCondition) []admissionv1.MatchCondition {
+	out := slices.DeleteFunc(slices.Clone(conditions), func(c admissionv1.MatchCondition) bool { return c.Name == ScopeCondition })
+	for _, c := range wanted {
+		if c.Name == ScopeCondition {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Serving is a configuration's namespaceSelectors, parsed once: the status
@@ -291,35 +334,36 @@ type Serving struct {
 }
 
 type servingWebhook struct {
-	name string
-	sel  labels.Selector
-	err  error // an invalid namespaceSelector, which serves nothing
+	name  string
+	sel   labels.Selector
+	err   error // an invalid namespaceSelector, which serves nothing
+	scope Scope
 }
 
-// NewServing parses the namespaceSelectors of c.
+// NewServing parses the namespaceSelectors and scopes of c.
 func NewServing(c *admissionv1.MutatingWebhookConfiguration) *Serving {
 	s := &Serving{}
 	for _, w := range c.Webhooks {
-		if w.NamespaceSelector == nil {
-			continue
+		sel, err := labels.Everything(), error(nil)
+		if w.NamespaceSelector != nil {
+			sel, err = metav1.LabelSelectorAsSelector(w.NamespaceSelector)
 		}
-		sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
-		s.webhooks = append(s.webhooks, servingWebhook{name: w.Name, sel: sel, err: err})
+		s.webhooks = append(s.webhooks, servingWebhook{name: w.Name, sel: sel, err: err, scope: scopeIn(w.MatchConditions)})
 	}
 	return s
 }
 
 // Serves reports whether the configuration's webhooks are called for pods of
-// a namespace with these labels, by their namespaceSelectors. nsLabels are
-// the namespace's labels as stored (the apiserver sets
-// kubernetes.io/metadata.name on every namespace). Match conditions and
-// objectSelectors are per pod, not judged here.
+// a namespace with these labels, by their namespaceSelectors and scopes.
+// nsLabels are the namespace's labels as stored (the apiserver sets
+// kubernetes.io/metadata.name on every namespace). Other match conditions
+// and objectSelectors are per pod, not judged here.
 func (s *Serving) Serves(nsLabels map[string]string) bool {
 	return s.excluding(nsLabels) == nil
 }
 
 // Why says why pods of the namespace are not sent, naming the webhook and
-// its selector; empty when they are.
+// its selector or scope; empty when they are.
 func (s *Serving) Why(namespace string, nsLabels map[string]string) string {
 	w := s.excluding(nsLabels)
 	switch {
@@ -327,16 +371,21 @@ func (s *Serving) Why(namespace string, nsLabels map[string]string) string {
 		return ""
 	case w.err != nil:
 		return fmt.Sprintf("webhook %s has an invalid namespaceSelector: %v", w.name, w.err)
+	case w.sel.Matches(labels.Set(nsLabels)):
+		return fmt.Sprintf("webhook %s is not sent pods of namespace %s: no Sidecar's namespaceSelector selects it (matchCondition %s)",
+			w.name, namespace, ScopeCondition)
 	}
 	return fmt.Sprintf("webhook %s excludes namespace %s: its namespaceSelector %s does not match the namespace's labels %s "+
-		"(kube-system, the operator's namespace, namespaces labelled %s=disabled and namespaces no Sidecar's namespaceSelector selects are excluded)",
+		"(kube-system, the operator's namespace and namespaces labelled %s=disabled are excluded)",
 		w.name, namespace, w.sel, labels.Set(nsLabels), v1alpha1.LabelWebhook)
 }
 
-// excluding is the first webhook whose namespaceSelector leaves the namespace out.
+// excluding is the first webhook whose namespaceSelector or scope leaves
+// the namespace out.
 func (s *Serving) excluding(nsLabels map[string]string) *servingWebhook {
 	for i := range s.webhooks {
-		if w := &s.webhooks[i]; w.err != nil || !w.sel.Matches(labels.Set(nsLabels)) {
+		w := &s.webhooks[i]
+		if w.err != nil || !w.sel.Matches(labels.Set(nsLabels)) || !w.scope.Selects(nsLabels[corev1.LabelMetadataName]) {
 			return w
 		}
 	}

@@ -216,8 +216,8 @@ func waitScopeInStep(t *testing.T) {
 			return err
 		}
 		want := webhookconfig.Mutating(webhookConfigName, webhookconfig.Target{URL: webhookURL}, nil, admissionv1.Fail, scope, operatorNamespace)
-		if !equality.Semantic.DeepEqual(live.Webhooks[0].NamespaceSelector, want.Webhooks[0].NamespaceSelector) {
-			return errors.New("the mutating configuration's namespaceSelector is not the Sidecars' scope yet")
+		if !equality.Semantic.DeepEqual(live.Webhooks[0].MatchConditions, want.Webhooks[0].MatchConditions) {
+			return errors.New("the mutating configuration's scope is not the Sidecars' yet")
 		}
 		return nil
 	})
