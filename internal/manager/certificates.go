@@ -41,7 +41,7 @@ func publishing(opts Options, cache client.Reader) func(ctx context.Context, c c
 		// The policy first: Sidecars reach the webhook only once its
 		// configuration is published, and must never be admitted without
 		// their author judged.
-		if err := webhookconfig.EnsureAuthorPolicy(ctx, c); err != nil {
+		if err := webhookconfig.EnsureAuthorPolicy(ctx, c, create); err != nil {
 			return err
 		}
 		scope, err := webhookconfig.LoadScope(ctx, cache)

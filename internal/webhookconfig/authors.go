@@ -17,12 +17,11 @@ import (
 
 // The policy is created if missing, in a cluster too (see
 // EnsureAuthorPolicy), which RBAC cannot scope by name; it is read (the
-// cache lists and watches it by metadata.name) and updated only by name.
+// cache lists and watches it by metadata.name), and updated only where the
+// operator owns it, outside a cluster, with credentials that may.
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=create
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies,verbs=get;list;watch,resourceNames=sidecar-operator-authors
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies,verbs=update,resourceNames=sidecar-operator-authors
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch,resourceNames=sidecar-operator-authors
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=update,resourceNames=sidecar-operator-authors
 
 // AuthorPolicyName names the ValidatingAdmissionPolicy that judges Sidecar
 // authors, and its binding.
@@ -193,13 +192,17 @@ func authorValidations() []admissionv1.Validation {
 	return vs
 }
 
-// EnsureAuthorPolicy creates the policy and its binding, or brings them to
-// want, keeping their metadata. Unlike the webhook configurations it
-// creates them in a cluster too: they refuse no pod, so one brought back
-// during helm uninstall blocks nothing, and without them Sidecars would be
-// admitted with their authors unjudged. The chart keeps them across helm
-// uninstall, as it keeps the CRD and so the Sidecars they judge.
-func EnsureAuthorPolicy(ctx context.Context, c client.Client) error {
+// EnsureAuthorPolicy creates the policy and its binding where they are
+// missing, and, where the operator owns them (owned, outside a cluster),
+// brings them to what they should be, keeping their metadata. Unlike the
+// webhook configurations it creates them in a cluster too: they refuse no
+// pod, so one brought back during helm uninstall blocks nothing, and
+// without them Sidecars would be admitted with their authors unjudged. In a
+// cluster the installer owns their content: the controllers' identity may
+// not update them, so that its token cannot set the binding to Audit. The
+// chart keeps them across helm uninstall, as it keeps the CRD and so the
+// Sidecars they judge.
+func EnsureAuthorPolicy(ctx context.Context, c client.Client, owned bool) error {
 	policy, binding := AuthorPolicy()
 	var havePolicy admissionv1.ValidatingAdmissionPolicy
 	switch err := c.Get(ctx, client.ObjectKeyFromObject(policy), &havePolicy); {
@@ -209,7 +212,7 @@ func EnsureAuthorPolicy(ctx context.Context, c client.Client) error {
 		}
 	case err != nil:
 		return fmt.Errorf("reading ValidatingAdmissionPolicy %s: %w", policy.Name, err)
-	case !equality.Semantic.DeepEqual(havePolicy.Spec, policy.Spec):
+	case owned && !equality.Semantic.DeepEqual(havePolicy.Spec, policy.Spec):
 		havePolicy.Spec = policy.Spec
 		if err := c.Update(ctx, &havePolicy); err != nil {
 			return err
@@ -221,7 +224,7 @@ func EnsureAuthorPolicy(ctx context.Context, c client.Client) error {
 		return c.Create(ctx, binding)
 	case err != nil:
 		return fmt.Errorf("reading ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
-	case !equality.Semantic.DeepEqual(haveBinding.Spec, binding.Spec):
+	case owned && !equality.Semantic.DeepEqual(haveBinding.Spec, binding.Spec):
 		haveBinding.Spec = binding.Spec
 		return c.Update(ctx, &haveBinding)
 	}

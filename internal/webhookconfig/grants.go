@@ -2,6 +2,7 @@ package webhookconfig
 
 import (
 	"fmt"
+	"strings"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -56,6 +57,12 @@ func GrantPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, *adm
 					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: write, Rule: admissionv1.Rule{
 						APIGroups: []string{""}, APIVersions: []string{"*"}, Resources: []string{"secrets"}, Scope: ptr.To(admissionv1.AllScopes),
 					}}},
+					// RBAC lets it update its two configurations by name; the
+					// policy holds it to its caBundles, its scope and its CA record.
+					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Update}, Rule: admissionv1.Rule{
+						APIGroups: []string{admissionv1.GroupName}, APIVersions: []string{"*"},
+						Resources: []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}, Scope: ptr.To(admissionv1.AllScopes),
+					}}},
 				},
 				// The apiserver's defaults, so that the stored object equals this one.
 				NamespaceSelector: &metav1.LabelSelector{},
@@ -88,7 +95,26 @@ func grantVariables(namespace string) []admissionv1.Variable {
 	copied := func(obj string) string {
 		return fmt.Sprintf("%[1]s && %[2]s.metadata.?labels[?'%[3]s'].orValue('') == 'true'", labelled(obj), obj, v1alpha1.LabelPullSecretCopy)
 	}
+	// A webhook's fields the operator never changes where installed: all
+	// but its caBundle and its scope condition.
+	same := func(field string) string { return fmt.Sprintf("w.?%[1]s == o.?%[1]s", field) }
+	unchanged := []string{
+		"w.name == o.name", "w.clientConfig.?url == o.clientConfig.?url", "w.clientConfig.?service == o.clientConfig.?service",
+		same("rules"), same("namespaceSelector"), same("objectSelector"), same("failurePolicy"), same("sideEffects"),
+		same("timeoutSeconds"), same("matchPolicy"), same("admissionReviewVersions"),
+		fmt.Sprintf("w.?matchConditions.orValue([]).filter(c, c.name != '%[1]s') == o.?matchConditions.orValue([]).filter(c, c.name != '%[1]s')", ScopeCondition),
+		fmt.Sprintf("w.?matchConditions.orValue([]).all(c, c.name != '%s' || c.expression.matches(%s))", ScopeCondition, quotedCEL(scopeExpression.String())),
+	}
 	return []admissionv1.Variable{
+		{Name: "webhookConfiguration", Expression: fmt.Sprintf("request.resource.group == '%s'", admissionv1.GroupName)},
+		// Reinvocation is the mutating webhook's alone.
+		{Name: "webhooksKept", Expression: fmt.Sprintf("!variables.webhookConfiguration || object.webhooks.size() == oldObject.webhooks.size() && "+
+			"object.webhooks.all(w, oldObject.webhooks.exists(o, %s && %s))",
+			strings.Join(unchanged, " && "), "(request.resource.resource != 'mutatingwebhookconfigurations' || "+same("reinvocationPolicy")+")")},
+		{Name: "annotationsKept", Expression: fmt.Sprintf("!variables.webhookConfiguration || "+
+			"oldObject.metadata.?annotations.orValue({}).all(k, k == '%[1]s' || object.metadata.?annotations.orValue({})[?k] == oldObject.metadata.annotations[?k]) && "+
+			"object.metadata.?annotations.orValue({}).all(k, k == '%[1]s' || k in oldObject.metadata.?annotations.orValue({})) && "+
+			"object.metadata.?labels == oldObject.metadata.?labels", v1alpha1.AnnotationCAFingerprints)},
 		{Name: "rbac", Expression: fmt.Sprintf("request.resource.group == '%s'", rbacv1.GroupName)},
 		{Name: "binding", Expression: "variables.rbac && request.resource.resource in ['rolebindings', 'clusterrolebindings']"},
 		// The object written (for a delete, the one deleted), and the one it replaces.
@@ -116,6 +142,12 @@ func grantValidations(namespace string) []admissionv1.Validation {
 	// A cluster-scoped request has no namespace.
 	kindName := "request.resource.resource + ' ' + (request.?namespace.orValue('') != '' ? request.namespace + '/' : '') + request.name"
 	return []admissionv1.Validation{
+		{
+			Expression: "variables.webhooksKept && variables.annotationsKept",
+			Message: fmt.Sprintf("where installed, the operator changes only its webhook configurations' caBundles, "+
+				"its scope (matchCondition %s) and its record of CAs (annotation %s)", ScopeCondition, v1alpha1.AnnotationCAFingerprints),
+			Reason: forbidden,
+		},
 		{
 			Expression: "!variables.rbac || variables.ours",
 			Message: fmt.Sprintf("the operator writes only RBAC objects named %s* and labelled %s=%s",
@@ -166,3 +198,7 @@ func grantValidations(namespace string) []admissionv1.Validation {
 		},
 	}
 }
+
+// quotedCEL is s as a raw CEL string literal, triple double-quoted: s
+// holds no double quote.
+func quotedCEL(s string) string { return `r"""` + s + `"""` }

@@ -64,7 +64,7 @@ func TestOnlyTheInstallerCreatesConfigurationsInACluster(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := EnsureAuthorPolicy(ctx, c); err != nil {
+		if err := EnsureAuthorPolicy(ctx, c, true); err != nil {
 			t.Fatal(err)
 		}
 		back := missing.DeepCopyObject().(client.Object)
