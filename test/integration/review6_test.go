@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
@@ -96,7 +97,7 @@ func TestReview6StolenControllerTokenRewritesWebhookConfigurations(t *testing.T)
 		audit.Spec.ValidationActions = []admissionv1.ValidationAction{admissionv1.Audit}
 		if err := op.Update(ctx, audit, client.DryRunAll); err == nil {
 			t.Errorf("HOLE: the controllers' ServiceAccount turned the author policy's binding %q to Audit: Sidecars are then admitted with their authors unjudged "+
-				"(docs: a stolen token 'cannot loosen' policies; it loosens this one)", webhookconfig.AuthorPolicyName)
+				"(docs list update by name, but not this among what a stolen token can still do)", webhookconfig.AuthorPolicyName)
 		} else {
 			t.Logf("held: %v", err)
 		}
@@ -180,5 +181,86 @@ func TestReview6StolenWebhookTokenIsAnAuthorizationOracle(t *testing.T) {
 			"its metrics port needs this only for its own callers", review.Spec.User, review.Status.Allowed)
 	} else {
 		t.Logf("held: %v", err)
+	}
+}
+
+// TestReview6StolenControllerTokenRewritesASidecar: the controllers patch
+// Sidecars (finalizers). A patch of the spec, the Sidecar's image for one,
+// would run the attacker's code in every pod it selects; the author policy
+// judges the token like any author, and it does not hold create on pods.
+// Expected to hold while the author policy stands (its binding is the
+// token's to update, above).
+func TestReview6StolenControllerTokenRewritesASidecar(t *testing.T) {
+	ctx := context.Background()
+	sc := exampleSidecars(t)["fluentd"]
+	applySidecar(t, sc)
+	op, _, _ := bindOperatorRoles(t, k8s, cfg, operatorNamespace, webhookconfig.GrantingServiceAccount, "controller")
+	installGrantPolicy(t, k8s, op, operatorNamespace)
+	var have v1alpha1.Sidecar
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(sc), &have); err != nil {
+		t.Fatal(err)
+	}
+	changed := have.DeepCopy()
+	changed.Spec.Containers[0].Image = attackerImage
+	if err := op.Patch(ctx, changed, client.MergeFrom(&have), client.DryRunAll); err == nil {
+		t.Errorf("HOLE: the controllers' ServiceAccount patched Sidecar %s's image to %s", sc.Name, attackerImage)
+	} else {
+		t.Logf("held: %v", err)
+	}
+}
+
+// TestReview6EveryReplicaDownRefusesMetadataWritesOfInjectedPods: the
+// pods/status matchCondition lets kubelets report with every replica down
+// (or with the webhook's budget filled by a stranger, which docs/security.md
+// says costs only "its resources"), but every other UPDATE of a pod that
+// carries a record is still sent to /validate-pods, Fail, though the
+// validator judges only the record and the injected containers: the Job
+// controller's removal of batch.kubernetes.io/job-tracking from a finished
+// pod, the garbage collector's and ReplicaSet's ownerReference writes, a
+// label. Every injected Job pod then keeps its finalizer and its Job never
+// completes.
+func TestReview6EveryReplicaDownRefusesMetadataWritesOfInjectedPods(t *testing.T) {
+	ctx := context.Background()
+	team := "r6-" + rand.String(6)
+	selected := createNamespace(t, map[string]string{"failsmall": team})
+	sc := &v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: team}}
+	sc.Spec.Containers = []corev1.Container{{Name: "agent", Image: "example/agent:1"}}
+	sc.Spec.Selector = &metav1.LabelSelector{}
+	sc.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"failsmall": team}}
+	applySidecar(t, sc)
+	pod := plainPod(selected)
+	pod.Finalizers = []string{"batch.kubernetes.io/job-tracking"}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p := &corev1.Pod{}
+		if k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), p) == nil {
+			p.Finalizers = nil
+			_ = k8s.Update(context.Background(), p)
+			_ = k8s.Delete(context.Background(), p)
+		}
+	})
+	if !strings.Contains(pod.Annotations[v1alpha1.AnnotationStatus], `"`+team+`"`) {
+		t.Fatalf("pod not injected: %v", pod.Annotations)
+	}
+	closed, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicasDown(t, "https://"+closed)
+
+	// What the Job controller sends once the pod is tracked: a patch of the finalizers alone.
+	patch := client.RawPatch("application/json-patch+json", []byte(`[{"op":"remove","path":"/metadata/finalizers/0"}]`))
+	var last error
+	refused := within(15*time.Second, func() bool {
+		last = k8s.Patch(ctx, pod.DeepCopy(), patch, client.DryRunAll)
+		return last != nil && strings.Contains(last.Error(), "pods.down.sidecar-operator.io")
+	})
+	if refused {
+		t.Errorf("HOLE: with every replica down, the Job controller's removal of the job-tracking finalizer from injected pod %s/%s is refused, "+
+			"though it changes neither the record nor a container: %v", pod.Namespace, pod.Name, last)
+	} else {
+		t.Logf("held: %v", last)
 	}
 }
