@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
@@ -42,6 +43,7 @@ func TestOptions(t *testing.T) {
 		{name: "a failure policy", opts: Options{WebhookAddr: ":1", FailurePolicy: "Sometimes"}, wantErr: "--failure-policy"},
 		{name: "a cert mode", opts: Options{WebhookAddr: ":1", CertMode: "magic"}, wantErr: "--cert-mode"},
 		{name: "files without files", opts: Options{WebhookAddr: ":1", CertMode: CertModeFiles}, wantErr: "--tls-cert-file"},
+		{name: "a lease the grant policy refuses", opts: Options{WebhookAddr: ":1", LeaseDuration: time.Hour}, wantErr: "--leader-elect-lease-duration"},
 		{name: "a component", opts: Options{WebhookAddr: ":1", Component: "both"}, wantErr: "--component"},
 		{
 			name: "the webhook elects no leader",

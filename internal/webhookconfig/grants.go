@@ -3,6 +3,7 @@ package webhookconfig
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +27,12 @@ const (
 	grantPrefix = "sidecar-operator:"
 	// certSecret is run's --cert-secret default.
 	certSecret = "sidecar-operator-certs"
+	// maxLeaseSeconds bounds --leader-elect-lease-duration (15 s by default).
+	maxLeaseSeconds = 60
 )
+
+// MaxLeaseDuration is the longest leader lease the grant policy admits.
+const MaxLeaseDuration = maxLeaseSeconds * time.Second
 
 // GrantingUser is the username the apiserver gives the granting identity
 // of an install in namespace.
@@ -56,6 +62,9 @@ func GrantPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, *adm
 					}}},
 					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: write, Rule: admissionv1.Rule{
 						APIGroups: []string{""}, APIVersions: []string{"*"}, Resources: []string{"secrets"}, Scope: ptr.To(admissionv1.AllScopes),
+					}}},
+					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update}, Rule: admissionv1.Rule{
+						APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"leases"}, Scope: ptr.To(admissionv1.NamespacedScope),
 					}}},
 					// RBAC lets it update its two configurations by name; the
 					// policy holds it to its caBundles, its scope and its CA record.
@@ -95,22 +104,37 @@ func grantVariables(namespace string) []admissionv1.Variable {
 	copied := func(obj string) string {
 		return fmt.Sprintf("%[1]s && %[2]s.metadata.?labels[?'%[3]s'].orValue('') == 'true'", labelled(obj), obj, v1alpha1.LabelPullSecretCopy)
 	}
-	// A webhook's fields the operator never changes where installed: all
-	// but its caBundle and its scope condition.
+	// What a webhook may not become: sent elsewhere, for other requests,
+	// other namespaces or objects, under another failurePolicy, or with a
+	// condition of its own that would narrow it. Its caBundle, its scope
+	// (matched to a list of names) and the fields that only tune a call
+	// (timeoutSeconds, reinvocation) may change, so that each version of
+	// the operator can write its own as it is upgraded.
 	same := func(field string) string { return fmt.Sprintf("w.?%[1]s == o.?%[1]s", field) }
+	var known []string
+	mutating, validating := Installed(namespace, admissionv1.Fail)
+	for _, w := range mutating.Webhooks {
+		for _, c := range w.MatchConditions {
+			known = append(known, fmt.Sprintf("[%s, %s]", quotedCEL(c.Name), quotedCEL(c.Expression)))
+		}
+	}
+	for _, w := range validating.Webhooks {
+		for _, c := range w.MatchConditions {
+			known = append(known, fmt.Sprintf("[%s, %s]", quotedCEL(c.Name), quotedCEL(c.Expression)))
+		}
+	}
 	unchanged := []string{
 		"w.name == o.name", "w.clientConfig.?url == o.clientConfig.?url", "w.clientConfig.?service == o.clientConfig.?service",
-		same("rules"), same("namespaceSelector"), same("objectSelector"), same("failurePolicy"), same("sideEffects"),
-		same("timeoutSeconds"), same("matchPolicy"), same("admissionReviewVersions"),
-		fmt.Sprintf("w.?matchConditions.orValue([]).filter(c, c.name != '%[1]s') == o.?matchConditions.orValue([]).filter(c, c.name != '%[1]s')", ScopeCondition),
-		fmt.Sprintf("w.?matchConditions.orValue([]).all(c, c.name != '%s' || c.expression.matches(%s))", ScopeCondition, quotedCEL(scopeExpression.String())),
+		same("rules"), same("namespaceSelector"), same("objectSelector"), same("failurePolicy"),
+		fmt.Sprintf("w.?matchConditions.orValue([]).all(c, c.name == '%[1]s' ? c.expression.matches(%[2]s) : "+
+			"(o.?matchConditions.orValue([]).exists(d, d.name == c.name && d.expression == c.expression) || [%[3]s].exists(k, k[0] == c.name && k[1] == c.expression)))",
+			ScopeCondition, quotedCEL(scopeExpression.String()), strings.Join(known, ", ")),
 	}
 	return []admissionv1.Variable{
 		{Name: "webhookConfiguration", Expression: fmt.Sprintf("request.resource.group == '%s'", admissionv1.GroupName)},
 		// Reinvocation is the mutating webhook's alone.
 		{Name: "webhooksKept", Expression: fmt.Sprintf("!variables.webhookConfiguration || object.webhooks.size() == oldObject.webhooks.size() && "+
-			"object.webhooks.all(w, oldObject.webhooks.exists(o, %s && %s))",
-			strings.Join(unchanged, " && "), "(request.resource.resource != 'mutatingwebhookconfigurations' || "+same("reinvocationPolicy")+")")},
+			"object.webhooks.all(w, oldObject.webhooks.exists(o, %s))", strings.Join(unchanged, " && "))},
 		{Name: "annotationsKept", Expression: fmt.Sprintf("!variables.webhookConfiguration || "+
 			"oldObject.metadata.?annotations.orValue({}).all(k, k == '%[1]s' || object.metadata.?annotations.orValue({})[?k] == oldObject.metadata.annotations[?k]) && "+
 			"object.metadata.?annotations.orValue({}).all(k, k == '%[1]s' || k in oldObject.metadata.?annotations.orValue({})) && "+
@@ -143,9 +167,16 @@ func grantValidations(namespace string) []admissionv1.Validation {
 	kindName := "request.resource.resource + ' ' + (request.?namespace.orValue('') != '' ? request.namespace + '/' : '') + request.name"
 	return []admissionv1.Validation{
 		{
+			// A leader holds the lease while it renews it; a token that took
+			// it for years would stop every controller without running one.
+			Expression: fmt.Sprintf("request.resource.resource != 'leases' || object.spec.?leaseDurationSeconds.orValue(0) <= %d", maxLeaseSeconds),
+			Message:    fmt.Sprintf("the operator's leader lease lasts at most %d s", maxLeaseSeconds),
+			Reason:     forbidden,
+		},
+		{
 			Expression: "variables.webhooksKept && variables.annotationsKept",
-			Message: fmt.Sprintf("where installed, the operator changes only its webhook configurations' caBundles, "+
-				"its scope (matchCondition %s) and its record of CAs (annotation %s)", ScopeCondition, v1alpha1.AnnotationCAFingerprints),
+			Message: fmt.Sprintf("the operator neither adds a webhook nor changes where one is sent, what it matches or its failurePolicy, "+
+				"and adds no matchCondition but its own; of the annotations it changes only its record of CAs (%s)", v1alpha1.AnnotationCAFingerprints),
 			Reason: forbidden,
 		},
 		{

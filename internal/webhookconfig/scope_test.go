@@ -1,7 +1,6 @@
 package webhookconfig
 
 import (
-	"context"
 	"maps"
 	"reflect"
 	"slices"
@@ -10,11 +9,8 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
-	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 )
 
 // The mutating webhook is sent the pods of the namespaces some Sidecar's
@@ -92,39 +88,5 @@ func TestScopeReadBack(t *testing.T) {
 	foreign := []admissionv1.MatchCondition{{Name: ScopeCondition, Expression: "request.namespace != 'kube-system'"}}
 	if got := scopeIn(foreign); !got.all {
 		t.Errorf("an unreadable scope condition read as %+v, want every namespace", got)
-	}
-}
-
-// TestEnsureMutatingWritesOnlyItsOwnWhereInstalled: where the installer owns
-// the configuration, the operator writes its caBundle and its scope and
-// leaves the rest as the installer wrote it, so that Helm's server-side
-// apply of the chart finds no field of the operator's to conflict with.
-func TestEnsureMutatingWritesOnlyItsOwnWhereInstalled(t *testing.T) {
-	ctx := context.Background()
-	target := Target{ServiceNamespace: "ops", ServiceName: "sidecar-operator"}
-	installed, _ := Installed("ops", admissionv1.Fail)
-	installed.Webhooks[0].TimeoutSeconds = new(int32(7)) // the installer's choice
-	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(installed).Build()
-	want := Mutating(DefaultName, target, []byte("CA"), admissionv1.Fail, Scope{names: []string{"pay"}}, "ops")
-	if err := EnsureMutating(ctx, c, want, false); err != nil {
-		t.Fatal(err)
-	}
-	var have admissionv1.MutatingWebhookConfiguration
-	if err := c.Get(ctx, client.ObjectKeyFromObject(want), &have); err != nil {
-		t.Fatal(err)
-	}
-	w := have.Webhooks[0]
-	if *w.TimeoutSeconds != 7 || string(w.ClientConfig.CABundle) != "CA" || !reflect.DeepEqual(w.MatchConditions, want.Webhooks[0].MatchConditions) {
-		t.Errorf("timeoutSeconds %d, caBundle %q, matchConditions %v: want the installer's 7, the operator's caBundle and scope",
-			*w.TimeoutSeconds, w.ClientConfig.CABundle, w.MatchConditions)
-	}
-	if err := EnsureMutating(ctx, c, want, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(want), &have); err != nil {
-		t.Fatal(err)
-	}
-	if *have.Webhooks[0].TimeoutSeconds != PodTimeoutSeconds {
-		t.Errorf("owned: timeoutSeconds %d, want the operator's %d", *have.Webhooks[0].TimeoutSeconds, PodTimeoutSeconds)
 	}
 }

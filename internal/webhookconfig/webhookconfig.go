@@ -232,11 +232,11 @@ func PodValidationNamespaces(excludeNamespaces ...string) *metav1.LabelSelector 
 }
 
 // EnsureValidating is EnsureMutating for the validating configuration.
-func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.ValidatingWebhookConfiguration, owned bool) error {
+func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.ValidatingWebhookConfiguration, create bool) error {
 	var have admissionv1.ValidatingWebhookConfiguration
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
 	if apierrors.IsNotFound(err) {
-		if !owned {
+		if !create {
 			return errNotInstalled("ValidatingWebhookConfiguration", want.Name)
 		}
 		return c.Create(ctx, want)
@@ -245,20 +245,9 @@ func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.Va
 		return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", want.Name, err)
 	}
 	webhooks := slices.Clone(want.Webhooks)
-	if !owned {
-		webhooks = make([]admissionv1.ValidatingWebhook, len(have.Webhooks))
-		for i := range have.Webhooks {
-			have.Webhooks[i].DeepCopyInto(&webhooks[i])
-		}
-	}
 	for i := range webhooks {
-		w := &webhooks[i]
-		j := slices.IndexFunc(want.Webhooks, func(v admissionv1.ValidatingWebhook) bool { return v.Name == w.Name })
-		k := slices.IndexFunc(have.Webhooks, func(v admissionv1.ValidatingWebhook) bool { return v.Name == w.Name })
-		if j >= 0 && want.Webhooks[j].ClientConfig.CABundle != nil {
-			w.ClientConfig.CABundle = want.Webhooks[j].ClientConfig.CABundle
-		} else if k >= 0 {
-			w.ClientConfig.CABundle = have.Webhooks[k].ClientConfig.CABundle
+		if webhooks[i].ClientConfig.CABundle == nil && i < len(have.Webhooks) {
+			webhooks[i].ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
 		}
 	}
 	if equality.Semantic.DeepEqual(have.Webhooks, webhooks) {
@@ -269,18 +258,17 @@ func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.Va
 }
 
 // EnsureMutating brings an existing configuration to the desired webhooks,
-// keeping its metadata, or creates a missing one. owned (see
-// Target.CreatesMissing) says the operator owns the configuration: outside a
-// cluster, where no installer does. Otherwise the installer owns it, and
-// the operator writes only what is its own: the caBundles and the scope
-// (ScopeCondition); the grant policy refuses its identity any other change.
-// A desired webhook with no caBundle keeps the one it has: cert-manager's
-// CA injector sets it.
-func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration, owned bool) error {
+// keeping its metadata, or creates a missing one if create (see
+// Target.CreatesMissing). A desired webhook with no caBundle keeps the one it
+// has: cert-manager's CA injector sets it. The desired webhooks are the
+// installed ones, with the caBundle and the scope (ScopeCondition), so that
+// writing them takes from Helm's server-side apply no field whose value
+// differs from the chart's.
+func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration, create bool) error {
 	var have admissionv1.MutatingWebhookConfiguration
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
 	if apierrors.IsNotFound(err) {
-		if !owned {
+		if !create {
 			return errNotInstalled("MutatingWebhookConfiguration", want.Name)
 		}
 		return c.Create(ctx, want)
@@ -289,23 +277,9 @@ func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.Muta
 		return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", want.Name, err)
 	}
 	webhooks := slices.Clone(want.Webhooks)
-	if !owned {
-		webhooks = make([]admissionv1.MutatingWebhook, len(have.Webhooks))
-		for i := range have.Webhooks {
-			have.Webhooks[i].DeepCopyInto(&webhooks[i])
-		}
-	}
 	for i := range webhooks {
-		w := &webhooks[i]
-		j := slices.IndexFunc(want.Webhooks, func(v admissionv1.MutatingWebhook) bool { return v.Name == w.Name })
-		k := slices.IndexFunc(have.Webhooks, func(v admissionv1.MutatingWebhook) bool { return v.Name == w.Name })
-		if j >= 0 && want.Webhooks[j].ClientConfig.CABundle != nil {
-			w.ClientConfig.CABundle = want.Webhooks[j].ClientConfig.CABundle
-		} else if k >= 0 {
-			w.ClientConfig.CABundle = have.Webhooks[k].ClientConfig.CABundle
-		}
-		if !owned && j >= 0 {
-			w.MatchConditions = withScope(w.MatchConditions, want.Webhooks[j].MatchConditions)
+		if webhooks[i].ClientConfig.CABundle == nil && i < len(have.Webhooks) {
+			webhooks[i].ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
 		}
 	}
 	if equality.Semantic.DeepEqual(have.Webhooks, webhooks) {
@@ -313,18 +287,6 @@ func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.Muta
 	}
 	have.Webhooks = webhooks
 	return c.Update(ctx, &have)
-}
-
-// withScope is conditions with the scope condition of wanted in place of
-// its own.
-func withScope(conditions, wanted []admissionv1.MatchCondition) []admissionv1.MatchCondition {
-	out := slices.DeleteFunc(slices.Clone(conditions), func(c admissionv1.MatchCondition) bool { return c.Name == ScopeCondition })
-	for _, c := range wanted {
-		if c.Name == ScopeCondition {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // Serving is a configuration's namespaceSelectors, parsed once: the status

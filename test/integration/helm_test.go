@@ -18,6 +18,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/kube"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +34,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/cli"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 // commandProcessEnv holds, in a child process of the suite, the arguments
@@ -183,6 +185,24 @@ func runAsServiceAccount(t *testing.T, c client.Client, host string, caData []by
 	webhookAddr, err := freeAddr()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// What stands in for the Service: the installed configurations sent to
+	// the webhook's address, as an admin would point them. The grant policy
+	// lets the controllers' identity change no webhook's destination.
+	target := webhookconfig.Target{URL: "https://" + webhookAddr}
+	mutating := webhookconfig.Mutating(webhookconfig.DefaultName, target, nil, admissionv1.Fail, webhookconfig.AllNamespaces, namespace)
+	validating := webhookconfig.Validating(webhookconfig.DefaultName, target, nil, admissionv1.Fail, namespace)
+	for _, obj := range []client.Object{mutating, validating} {
+		live := obj.DeepCopyObject().(client.Object)
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), live); err != nil {
+			t.Fatal(err)
+		}
+		obj.SetResourceVersion(live.GetResourceVersion())
+		obj.SetAnnotations(live.GetAnnotations())
+		obj.SetLabels(live.GetLabels())
+		if err := c.Update(context.Background(), obj); err != nil {
+			t.Fatal(err)
+		}
 	}
 	stopControllers := runDeployment(t, c, host, caData, namespace, "sidecar-operator-controller", webhookAddr)
 	stopWebhook := runDeployment(t, c, host, caData, namespace, "sidecar-operator", webhookAddr)
