@@ -78,9 +78,8 @@ func serveCertificates(mgr manager.Manager, opts Options) (*tls.Config, func(con
 		secret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.CertSecret}
 		// The cache holds Secrets' metadata: the keeper reads the certificate live.
 		keeper := &certrotation.Keeper{Client: mgr.GetAPIReader(), Secret: secret, Log: mgr.GetLogger().WithName("certificates")}
-		if err := ctrl.NewControllerManagedBy(mgr).
-			Named("certificate-keeper").
-			Watches(secrets.Meta(), watch.Constant(secret), builder.WithPredicates(isNamed(secret))).
+		// The webhook's identity may get its Secrets by name, not watch them.
+		if err := watch.OwnSecret(ctrl.NewControllerManagedBy(mgr).Named("certificate-keeper"), secret, !opts.Component.Controls()).
 			WithOptions(controller.Options{NeedLeaderElection: new(false), MaxConcurrentReconciles: 1}).
 			Complete(keeper); err != nil {
 			return nil, nil, err

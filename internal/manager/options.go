@@ -262,7 +262,8 @@ func (o *Options) Validate() error {
 		return errors.New("--namespace: a namespace is needed for the signing key, the certificate Secret and the leader lease")
 	}
 	if o.LeaseDuration > webhookconfig.MaxLeaseDuration {
-		return fmt.Errorf("--leader-elect-lease-duration: at most %s (the grant policy refuses a longer lease), got %s", webhookconfig.MaxLeaseDuration, o.LeaseDuration)
+		return fmt.Errorf("--leader-elect-lease-duration: at most %s (the grant policy refuses a longer lease), got %s",
+			webhookconfig.MaxLeaseDuration, o.LeaseDuration)
 	}
 	switch {
 	case o.UnauthenticatedEvents.Burst < 0:

@@ -63,7 +63,7 @@ func GrantPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, *adm
 					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: write, Rule: admissionv1.Rule{
 						APIGroups: []string{""}, APIVersions: []string{"*"}, Resources: []string{"secrets"}, Scope: ptr.To(admissionv1.AllScopes),
 					}}},
-					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update}, Rule: admissionv1.Rule{
+					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: write[:2], Rule: admissionv1.Rule{
 						APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"leases"}, Scope: ptr.To(admissionv1.NamespacedScope),
 					}}},
 					// RBAC lets it update its two configurations by name; the

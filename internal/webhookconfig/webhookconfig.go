@@ -6,7 +6,6 @@ package webhookconfig
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -201,16 +200,17 @@ func Validating(
 		Expression: `(has(object.metadata.annotations) && 'sidecar-operator.io/status' in object.metadata.annotations) || ` +
 			`(oldObject != null && has(oldObject.metadata.annotations) && 'sidecar-operator.io/status' in oldObject.metadata.annotations)`,
 	}, {
-		// A kubelet's status writes are not sent, so they go on with every
-		// replica down. The apiserver's pod status strategy
+		// An update is sent only if it changes the record or the spec: a
+		// kubelet's status writes, the Job controller's finalizers, the
+		// garbage collector's owner references and label changes go on
+		// with every replica down. On UPDATE the validator judges only the
+		// record (validation.Pod; internal/signing reads no other
+		// annotation) and the containers, which are in the spec. A status
+		// write cannot change the spec: the apiserver's pod status strategy
 		// (pkg/registry/core/pod/strategy.go, podStatusStrategy.PrepareForUpdate)
-		// sets the spec back to the stored one before validating admission
-		// runs, so such a write cannot change a container; it can change
-		// annotations, and of those the validator judges on UPDATE only the
-		// record (validation.Pod; internal/signing reads none).
-		Name: "status-write-changes-the-record",
-		// request.subResource is absent, not empty, on the pod itself.
-		Expression: `!has(request.subResource) || request.subResource != 'status' || ` +
+		// sets it back to the stored one before validating admission runs.
+		Name: "update-changes-the-record-or-the-spec",
+		Expression: `request.operation != 'UPDATE' || object.spec != oldObject.spec || ` +
 			`object.metadata.?annotations[?'` + v1alpha1.AnnotationStatus + `'] != oldObject.metadata.?annotations[?'` + v1alpha1.AnnotationStatus + `']`,
 	}}
 	pods.NamespaceSelector = PodValidationNamespaces(excludeNamespaces...)
@@ -244,16 +244,15 @@ func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.Va
 	if err != nil {
 		return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", want.Name, err)
 	}
-	webhooks := slices.Clone(want.Webhooks)
-	for i := range webhooks {
-		if webhooks[i].ClientConfig.CABundle == nil && i < len(have.Webhooks) {
-			webhooks[i].ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
+	for i := range want.Webhooks {
+		if want.Webhooks[i].ClientConfig.CABundle == nil && i < len(have.Webhooks) {
+			want.Webhooks[i].ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
 		}
 	}
-	if equality.Semantic.DeepEqual(have.Webhooks, webhooks) {
+	if equality.Semantic.DeepEqual(have.Webhooks, want.Webhooks) {
 		return nil
 	}
-	have.Webhooks = webhooks
+	have.Webhooks = want.Webhooks
 	return c.Update(ctx, &have)
 }
 
@@ -261,9 +260,9 @@ func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.Va
 // keeping its metadata, or creates a missing one if create (see
 // Target.CreatesMissing). A desired webhook with no caBundle keeps the one it
 // has: cert-manager's CA injector sets it. The desired webhooks are the
-// installed ones, with the caBundle and the scope (ScopeCondition), so that
-// writing them takes from Helm's server-side apply no field whose value
-// differs from the chart's.
+// installed ones with the caBundle and the scope (ScopeCondition), so that
+// writing them takes from Helm's server-side apply of the chart no field
+// whose value differs from the chart's.
 func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration, create bool) error {
 	var have admissionv1.MutatingWebhookConfiguration
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
@@ -276,11 +275,12 @@ func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.Muta
 	if err != nil {
 		return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", want.Name, err)
 	}
-	webhooks := slices.Clone(want.Webhooks)
-	for i := range webhooks {
-		if webhooks[i].ClientConfig.CABundle == nil && i < len(have.Webhooks) {
-			webhooks[i].ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
+	webhooks := make([]admissionv1.MutatingWebhook, len(want.Webhooks))
+	for i, w := range want.Webhooks {
+		if w.ClientConfig.CABundle == nil && i < len(have.Webhooks) {
+			w.ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
 		}
+		webhooks[i] = w
 	}
 	if equality.Semantic.DeepEqual(have.Webhooks, webhooks) {
 		return nil

@@ -242,7 +242,7 @@ func upgradeTo(t *testing.T, l *podLoop, from release, more ...string) tally {
 
 // configurationsConverged reports whether the webhook configurations are
 // this commit's, but for what the operator keeps (the caBundles and the
-// mutating webhook's namespace scope).
+// mutating webhook's scope).
 func configurationsConverged() error {
 	ctx := context.Background()
 	wantMutating, wantValidating := webhookconfig.Installed(operatorNamespace, admissionv1.Fail)
@@ -258,7 +258,9 @@ func configurationsConverged() error {
 		return fmt.Errorf("%d mutating webhooks", len(m.Webhooks))
 	}
 	for i := range m.Webhooks {
-		m.Webhooks[i].ClientConfig.CABundle, m.Webhooks[i].NamespaceSelector = nil, wantMutating.Webhooks[i].NamespaceSelector
+		m.Webhooks[i].ClientConfig.CABundle = nil
+		m.Webhooks[i].MatchConditions = slices.DeleteFunc(m.Webhooks[i].MatchConditions,
+			func(c admissionv1.MatchCondition) bool { return c.Name == webhookconfig.ScopeCondition })
 	}
 	for i := range v.Webhooks {
 		v.Webhooks[i].ClientConfig.CABundle = nil

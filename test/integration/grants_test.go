@@ -62,8 +62,9 @@ func serviceAccountUser(namespace, name string) rest.ImpersonationConfig {
 // so as not to meet another install's), and waits until the authorizer
 // knows them. It returns the client that acts as the ServiceAccount, and
 // the roles.
-func bindOperatorRoles(t *testing.T, c client.Client, base *rest.Config, namespace, name, identity string) (client.Client, *rbacv1.ClusterRole, *rbacv1.Role) {
+func bindOperatorRoles(t *testing.T, c client.Client, base *rest.Config, name, identity string) (client.Client, *rbacv1.ClusterRole, *rbacv1.Role) {
 	t.Helper()
+	const namespace = operatorNamespace
 	ctx := context.Background()
 	clusterRole, role := operatorRoles(t, identity)
 	clusterRole.ObjectMeta = metav1.ObjectMeta{Name: name}
@@ -87,7 +88,11 @@ func bindOperatorRoles(t *testing.T, c client.Client, base *rest.Config, namespa
 	// The last rule of each, so that the authorizer has caught up.
 	last := func(rules []rbacv1.PolicyRule, namespace string) authorizationv1.ResourceAttributes {
 		r := rules[len(rules)-1]
-		return authorizationv1.ResourceAttributes{Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: r.Resources[0], Namespace: namespace}
+		attrs := authorizationv1.ResourceAttributes{Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: r.Resources[0], Namespace: namespace}
+		if len(r.ResourceNames) > 0 {
+			attrs.Name = r.ResourceNames[0]
+		}
+		return attrs
 	}
 	for _, attrs := range []authorizationv1.ResourceAttributes{last(clusterRole.Rules, ""), last(role.Rules, namespace)} {
 		eventually(t, 20*time.Second, func() error {
@@ -114,8 +119,9 @@ func bindOperatorRoles(t *testing.T, c client.Client, base *rest.Config, namespa
 // installGrantPolicy creates the grant policy of an install in namespace
 // with c, deleted after the test, and waits until the apiserver enforces
 // it on as: a dry-run ClusterRole of another name is refused by it.
-func installGrantPolicy(t *testing.T, c, as client.Client, namespace string) {
+func installGrantPolicy(t *testing.T, c, as client.Client) {
 	t.Helper()
+	const namespace = operatorNamespace
 	ctx := context.Background()
 	policy, binding := webhookconfig.GrantPolicy(namespace)
 	for _, obj := range []client.Object{policy, binding} {
@@ -160,8 +166,8 @@ func TestAttackGrantingIdentityIsHeldToItsObjects(t *testing.T) {
 		Type:       corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)},
 	}
 	createAdmin(t, tenantSecret)
-	op, _, _ := bindOperatorRoles(t, k8s, cfg, operatorNamespace, webhookconfig.GrantingServiceAccount, "controller")
-	installGrantPolicy(t, k8s, op, operatorNamespace)
+	op, _, _ := bindOperatorRoles(t, k8s, cfg, webhookconfig.GrantingServiceAccount, "controller")
+	installGrantPolicy(t, k8s, op)
 
 	self := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: operatorNamespace, Name: webhookconfig.GrantingServiceAccount}
 	tenantSA := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: tenantNS, Name: "app"}

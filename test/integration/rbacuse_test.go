@@ -258,9 +258,9 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 	const webhookServiceAccount = "sidecar-operator-webhook"
 	controllers := serviceAccountUser(ns, webhookconfig.GrantingServiceAccount)
 	webhookIdentity := serviceAccountUser(ns, webhookServiceAccount)
-	op, clusterRole, role := bindOperatorRoles(t, c, a.cfg, ns, webhookconfig.GrantingServiceAccount, "controller")
-	_, webhookClusterRole, webhookRole := bindOperatorRoles(t, c, a.cfg, ns, webhookServiceAccount, "webhook")
-	installGrantPolicy(t, c, op, ns)
+	op, clusterRole, role := bindOperatorRoles(t, c, a.cfg, webhookconfig.GrantingServiceAccount, "controller")
+	_, webhookClusterRole, webhookRole := bindOperatorRoles(t, c, a.cfg, webhookServiceAccount, "webhook")
+	installGrantPolicy(t, c, op)
 
 	addrs := freeAddrs(t, 3)
 	target := webhookconfig.Target{URL: "https://" + addrs[0]}

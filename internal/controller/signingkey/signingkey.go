@@ -18,18 +18,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
-	"github.com/sidecar-operator/sidecar-operator/internal/secrets"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
@@ -84,12 +81,7 @@ func New(secret types.NamespacedName, activation time.Duration, keys *webhook.Sw
 // signs and verifies with what the Secret holds.
 func (k *Keeper) SetupWithManager(mgr ctrl.Manager) error {
 	k.client, k.live, k.log = mgr.GetClient(), mgr.GetAPIReader(), mgr.GetLogger().WithName("signing-key")
-	isSecret := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetNamespace() == k.secret.Namespace && o.GetName() == k.secret.Name
-	})
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("signing-key").
-		Watches(secrets.Meta(), watch.Constant(k.secret), builder.WithPredicates(isSecret)).
+	return watch.OwnSecret(ctrl.NewControllerManagedBy(mgr).Named("signing-key"), k.secret, k.LoadOnly).
 		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 			q.Add(reconcile.Request{NamespacedName: k.secret}) // the first pass creates the Secret
 			return nil

@@ -7,19 +7,24 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
+	"github.com/sidecar-operator/sidecar-operator/internal/secrets"
 )
 
 // SidecarChanged passes Sidecar events that change what it injects or
@@ -131,3 +136,35 @@ func Constant(key types.NamespacedName) handler.EventHandler {
 		return []reconcile.Request{{NamespacedName: key}}
 	})
 }
+
+// OwnSecret is how a keeper of one of the operator's Secrets hears of its
+// changes: through the cache's watch of the Secrets labelled as the
+// operator's, or, for an identity that may get the Secret by name and list
+// and watch none (the webhook's), by asking for it every PollSecretEvery.
+func OwnSecret(b *builder.Builder, key types.NamespacedName, poll bool) *builder.Builder {
+	if poll {
+		return b.WatchesRawSource(source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			go func() {
+				tick := time.NewTicker(PollSecretEvery)
+				defer tick.Stop()
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-tick.C:
+						q.Add(reconcile.Request{NamespacedName: key})
+					}
+				}
+			}()
+			return nil
+		}))
+	}
+	isKey := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == key.Namespace && o.GetName() == key.Name })
+	return b.Watches(secrets.Meta(), Constant(key), builder.WithPredicates(isKey))
+}
+
+// PollSecretEvery is how often a polling keeper reads its Secret: a new
+// signing key waits a minute before it signs (signingkey.DefaultActivation)
+// and a new serving certificate is written only once the caBundles hold its
+// CA, so a replica that loads either a few seconds late refuses nothing.
+const PollSecretEvery = 2 * time.Second
