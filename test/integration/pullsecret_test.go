@@ -19,23 +19,31 @@ func dockerConfig(auth string) map[string][]byte {
 	return map[string][]byte{corev1.DockerConfigJsonKey: fmt.Appendf(nil, `{"auths":{"registry.example.com":{"auth":%q}}}`, auth)}
 }
 
-func TestPullSecretIsCopiedWhereInjected(t *testing.T) {
-	ctx := context.Background()
-	// Sources come from the namespaces of --pull-secret-namespaces: the
-	// operator's own by default.
-	registry, name := operatorNamespace, "regcred-"+rand.String(6)
+// pullSecretSidecar makes a pull secret source in the operator's namespace
+// (--pull-secret-namespaces' default) and applies a Sidecar that names it.
+func pullSecretSidecar(t *testing.T) (*corev1.Secret, *v1alpha1.Sidecar) {
+	t.Helper()
 	source := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: registry},
+		ObjectMeta: metav1.ObjectMeta{Name: "regcred-" + rand.String(6), Namespace: operatorNamespace},
 		Type:       corev1.SecretTypeDockerConfigJson,
 		Data:       dockerConfig("djE="),
 	}
-	if err := k8s.Create(ctx, source); err != nil {
+	if err := k8s.Create(context.Background(), source); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), source) })
 	sc := agentSidecar(nil)
-	sc.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: registry, Name: name}
+	sc.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: source.Namespace, Name: source.Name}
 	applySidecar(t, sc)
+	return source, sc
+}
+
+func TestPullSecretIsCopiedWhereInjected(t *testing.T) {
+	ctx := context.Background()
+	// Sources come from the namespaces of --pull-secret-namespaces: the
+	// operator's own by default.
+	source, sc := pullSecretSidecar(t)
+	registry, name := source.Namespace, source.Name
 
 	ns, taken := createNamespace(t, nil), createNamespace(t, nil)
 	handMade := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: taken}, Data: map[string][]byte{"mine": []byte("1")}}
@@ -116,19 +124,8 @@ func TestPullSecretIsCopiedWhereInjected(t *testing.T) {
 // the apiserver checks the UID the operator recorded.
 func TestPullSecretCopyReplacedByATenantIsLeftAlone(t *testing.T) {
 	ctx := context.Background()
-	registry, name := operatorNamespace, "regcred-"+rand.String(6)
-	source := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: registry},
-		Type:       corev1.SecretTypeDockerConfigJson,
-		Data:       dockerConfig("djE="),
-	}
-	if err := k8s.Create(ctx, source); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), source) })
-	sc := agentSidecar(nil)
-	sc.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: registry, Name: name}
-	applySidecar(t, sc)
+	source, sc := pullSecretSidecar(t)
+	name := source.Name
 	// A barrier in another namespace: the operator writes and deletes the
 	// copies of one Sidecar in one pass.
 	ns, barrier := createNamespace(t, nil), createNamespace(t, nil)
