@@ -982,11 +982,14 @@ func (l *podLoop) reset() {
 	l.now = tally{failures: map[string]int{}, unverifiedWhy: map[string]int{}}
 }
 
-// take returns the moment's counts.
+// take returns a copy of the moment's counts: the loop's pods go on
+// writing its maps.
 func (l *podLoop) take() tally {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.now
+	c := l.now
+	c.failures, c.unverifiedWhy = maps.Clone(c.failures), maps.Clone(c.unverifiedWhy)
+	return c
 }
 
 // waitInjected waits for the moment's first injected pod and says when it

@@ -60,6 +60,7 @@ type Keeper struct {
 	// replaced under its ID withdraws what it signed.
 	changes *Changes
 	loaded  string           // the Secret's resourceVersion in keys
+	readAt  time.Time        // when the Secret was last read
 	seen    sets.Set[string] // every key ID loaded
 	log     logr.Logger
 	// LoadOnly keeps the keys loaded and writes nothing: the webhook's
@@ -115,7 +116,7 @@ func (c *Changes) notify(secret types.NamespacedName) {
 
 func (k *Keeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	// Read live, as the cache holds no data: no keys are in use while the
-	// Secret is gone or cannot be read.
+	// Secret is gone, or has not been read for MaxUnreadFor.
 	var s corev1.Secret
 	err := k.live.Get(ctx, k.secret, &s)
 	if apierrors.IsNotFound(err) {
@@ -126,9 +127,15 @@ func (k *Keeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, er
 		return ctrl.Result{}, k.create(ctx)
 	}
 	if err != nil {
-		k.load(noKeys(""))
+		if ctx.Err() != nil {
+			return ctrl.Result{}, nil // stopping: a draining replica goes on signing with what it holds
+		}
+		if time.Since(k.readAt) > MaxUnreadFor {
+			k.load(noKeys(""))
+		}
 		return ctrl.Result{}, err
 	}
+	k.readAt = time.Now()
 	if s.Labels[v1alpha1.LabelManagedBy] != v1alpha1.ManagedBy {
 		return k.adopt(ctx, &s)
 	}
@@ -156,6 +163,12 @@ func (k *Keeper) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, er
 	}
 	return ctrl.Result{}, nil
 }
+
+// MaxUnreadFor is how long the keys last read stay in use while the Secret
+// cannot be read: a failed read is no news of a key taken away, and
+// dropping the keys at once would refuse every pod a Sidecar selects. Past
+// it no keys are in use, as when the Secret is gone.
+const MaxUnreadFor = 30 * time.Second
 
 // unusableRecheck is how often a key Secret that holds no usable key is
 // read again: a fix to it may not reach the label-filtered watch.

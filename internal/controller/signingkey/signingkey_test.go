@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
@@ -93,5 +94,48 @@ func TestLoadOnlyWritesNothing(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestFailedReadKeepsKeysForABound: a read that fails is no news of a key
+// taken away, so the keys last read stay in use for MaxUnreadFor (a
+// replica that dropped them would refuse every selected pod); a read that
+// fails because the replica is stopping changes nothing; past the bound no
+// keys are in use.
+func TestFailedReadKeepsKeysForABound(t *testing.T) {
+	managed := map[string]string{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy}
+	failing := false
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(keyedSecret(t, managed, nil)).
+		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if failing {
+				return apierrors.NewServiceUnavailable("etcd is slow")
+			}
+			return c.Get(ctx, key, obj, opts...)
+		}}).Build()
+	k := keeper(c, true)
+	loaded := func() bool { r := k.keys.Ring(); return r != nil && !r.Empty() }
+	reconcile := func(ctx context.Context) error {
+		_, err := k.Reconcile(ctx, ctrl.Request{NamespacedName: keySecret})
+		return err
+	}
+	if err := reconcile(context.Background()); err != nil || !loaded() {
+		t.Fatalf("first read: %v, keys loaded %v", err, loaded())
+	}
+
+	failing = true
+	if err := reconcile(context.Background()); err == nil || !loaded() {
+		t.Errorf("a failed read: %v, keys loaded %v; want the error and the keys kept", err, loaded())
+	}
+	stopping, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := reconcile(stopping); err != nil || !loaded() {
+		t.Errorf("a read cut by stopping: %v, keys loaded %v; want nothing changed", err, loaded())
+	}
+	k.readAt = time.Now().Add(-MaxUnreadFor - time.Second)
+	if err := reconcile(context.Background()); err == nil || loaded() {
+		t.Errorf("a failed read %s after the last good one: %v, keys loaded %v; want none", MaxUnreadFor, err, loaded())
 	}
 }
