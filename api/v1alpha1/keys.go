@@ -13,6 +13,13 @@ const (
 	AnnotationStatus = "sidecar-operator.io/status"
 	// LabelInjected is set to "true" on every pod that received a sidecar.
 	LabelInjected = "sidecar-operator.io/injected"
+	// AnnotationRevisionPrefix followed by a Sidecar's name pins a pod to
+	// one of the two revisions the Sidecar serves (status.currentRevision
+	// or status.updateRevision).
+	AnnotationRevisionPrefix = "sidecar-operator.io/revision."
+	// MaxSidecarName is the longest Sidecar name: the name part of
+	// AnnotationRevisionPrefix + name is at most 63 characters.
+	MaxSidecarName = 63 - len("revision.")
 )
 
 // Namespace labels.

@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // MissingParametersPolicy says what happens to a pod that lacks a required parameter.
@@ -117,6 +118,68 @@ type SidecarSpec struct {
 	// +optional
 	// +kubebuilder:default=Tolerant
 	Integrity Integrity `json:"integrity,omitempty"`
+
+	// UpdateStrategy says how a new revision of this spec reaches pods.
+	// Unset is OnDelete: new pods get the newest revision at once.
+	// +optional
+	UpdateStrategy *SidecarUpdateStrategy `json:"updateStrategy,omitempty"`
+
+	// RevisionHistoryLimit is how many revisions of the spec are kept as
+	// ControllerRevisions in the operator's namespace; a revision a pod still
+	// carries, or the Sidecar serves, is kept beyond it.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	RevisionHistoryLimit *int32 `json:"revisionHistoryLimit,omitempty"`
+}
+
+// UpdateStrategyType is how a Sidecar's new revision reaches pods.
+// +kubebuilder:validation:Enum=OnDelete;RollingUpdate
+type UpdateStrategyType string
+
+const (
+	// OnDeleteUpdate gives new pods the newest revision at once; running
+	// pods change only when their owner restarts them.
+	OnDeleteUpdate UpdateStrategyType = "OnDelete"
+	// RollingUpdate holds the workloads of Partition at CurrentRevision
+	// and moves currentRevision to the newest once no workload is held and
+	// every pod carries it.
+	RollingUpdate UpdateStrategyType = "RollingUpdate"
+)
+
+// SidecarUpdateStrategy says how a new revision reaches pods.
+type SidecarUpdateStrategy struct {
+	// Type is OnDelete (the default) or RollingUpdate.
+	// +optional
+	// +kubebuilder:default=OnDelete
+	Type UpdateStrategyType `json:"type,omitempty"`
+	// MaxUnavailable is how many of the selected pods the operator changes
+	// at once: an int, or a percent of them. Default 1.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')",message="an int of at least 0 or a percent such as 10%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+	// Partition is how many of the selected workloads stay at
+	// status.currentRevision, new pods included: an int, or a percent of
+	// them. Workloads are ranked by a stable hash of namespace, kind and
+	// name; the lowest are held. A canary is 90%, promotion 0. Default 0.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')",message="an int of at least 0 or a percent such as 90%"
+	Partition *intstr.IntOrString `json:"partition,omitempty"`
+	// Paused stops every action of the rollout.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+	// ProgressDeadlineSeconds is how long an upgraded pod's sidecar
+	// containers have to become Ready before the rollout pauses. Default 300.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+}
+
+// Rolling reports whether the Sidecar's strategy is RollingUpdate.
+func (s *SidecarSpec) Rolling() bool {
+	return s.UpdateStrategy != nil && s.UpdateStrategy.Type == RollingUpdate
 }
 
 // Exact reports whether the Sidecar's records must match byte for byte.
@@ -165,9 +228,30 @@ type SidecarStatus struct {
 	// ObservedGeneration is the generation the status was computed for.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Revision is the hash of the spec that new injections record.
+	// UpdateRevision is the hash of the newest spec, which new injections
+	// record unless the rollout holds their workload.
 	// +optional
-	Revision string `json:"revision,omitempty"`
+	UpdateRevision string `json:"updateRevision,omitempty"`
+	// CurrentRevision is the revision a pod gets unless the rollout says
+	// otherwise: with OnDelete the newest at once; with RollingUpdate it
+	// moves to UpdateRevision once Partition is 0 and every injected pod
+	// carries it. The webhook serves these two revisions and no other.
+	// +optional
+	CurrentRevision string `json:"currentRevision,omitempty"`
+	// Revisions count the injected pods at each revision they carry.
+	// +optional
+	// +listType=map
+	// +listMapKey=revision
+	Revisions []RevisionPods `json:"revisions,omitempty"`
+	// HeldWorkloads is how many of the selected workloads the partition
+	// holds at CurrentRevision.
+	// +optional
+	HeldWorkloads int32 `json:"heldWorkloads,omitempty"`
+	// PartitionHash is the rank of the last workload the partition holds:
+	// workloads whose rank is at most it get CurrentRevision. Empty holds
+	// none.
+	// +optional
+	PartitionHash string `json:"partitionHash,omitempty"`
 	// MatchedPods should have the sidecar: they have it, or would get it now.
 	// +optional
 	MatchedPods int32 `json:"matchedPods"`
@@ -196,6 +280,12 @@ type SidecarStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RevisionPods counts the injected pods at one revision.
+type RevisionPods struct {
+	Revision string `json:"revision"`
+	Pods     int32  `json:"pods"`
 }
 
 // Condition types and reasons of a Sidecar.
@@ -232,12 +322,18 @@ type Parameter struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster
 // +kubebuilder:subresource:status
+// The name fits the pin annotation's name part (MaxSidecarName); checked on
+// create only, as names never change and an older, longer one must still
+// lose its finalizer.
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.size() <= 54",optionalOldSelf=true,message="a Sidecar's name is at most 54 characters, so that the pod annotation sidecar-operator.io/revision.<name> that pins its revision fits"
 // +kubebuilder:printcolumn:name="Matched",type=integer,JSONPath=`.status.matchedPods`
 // +kubebuilder:printcolumn:name="Injected",type=integer,JSONPath=`.status.injectedPods`
 // +kubebuilder:printcolumn:name="Outdated",type=integer,JSONPath=`.status.outdatedPods`
 // +kubebuilder:printcolumn:name="Missed",type=integer,JSONPath=`.status.missedPods`
 // +kubebuilder:printcolumn:name="Unverified",type=integer,JSONPath=`.status.unverifiedPods`
 // +kubebuilder:printcolumn:name="Namespaces",type=integer,JSONPath=`.status.namespaces`
+// +kubebuilder:printcolumn:name="Current",type=string,JSONPath=`.status.currentRevision`
+// +kubebuilder:printcolumn:name="Update",type=string,JSONPath=`.status.updateRevision`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Native",type=boolean,JSONPath=`.spec.nativeSidecar`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

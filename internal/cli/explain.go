@@ -14,6 +14,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/offline"
+	"github.com/sidecar-operator/sidecar-operator/internal/workload"
 )
 
 // explained is one pod's explanation, as printed.
@@ -138,7 +139,7 @@ func newExplainPodCommand() *cobra.Command {
 			}
 			warnLeftOut(cmd, snap.EngineErr)
 			source := "Pod " + args[0]
-			if w := snap.Owners.WorkloadOf(&pod); w.Kind != "Pod" {
+			if w := workload.OfPod(&pod); w.Kind != "Pod" {
 				source += " of " + w.String()
 			}
 			x := explained{Source: source, Namespace: namespace, Live: true, Explanations: snap.Engine.Explain(&pod, namespace, snap.NamespaceLabels),

@@ -9,7 +9,6 @@ import (
 	"slices"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,7 +52,6 @@ type Snapshot struct {
 	// WebhookName names the configuration, found or not.
 	WebhookName string
 	Pods        []corev1.Pod
-	Owners      fleet.ReplicaSetOwners
 }
 
 // Load reads the Sidecars, namespaces and webhook configuration and, when
@@ -116,12 +114,6 @@ func (l *Loader) Load(ctx context.Context, namespace string, withPods bool) (*Sn
 			break
 		}
 	}
-	var replicaSets metav1.PartialObjectMetadataList
-	replicaSets.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSetList"))
-	if err := live.List(ctx, &replicaSets, opts...); err != nil {
-		return nil, fmt.Errorf("listing ReplicaSets: %w", err)
-	}
-	s.Owners = fleet.NewReplicaSetOwners(replicaSets.Items)
 	return s, nil
 }
 
@@ -173,7 +165,7 @@ func (s *Snapshot) Judge() *fleet.Judge {
 
 // Summary judges the snapshot's pods.
 func (s *Snapshot) Summary() *fleet.Summary {
-	return fleet.Summarize(fleet.Each(s.Pods), s.Engine.Names(), s.Judge(), s.Owners, nil)
+	return fleet.Summarize(fleet.Each(s.Pods), s.Engine.Names(), s.Judge(), true, nil, nil)
 }
 
 // SidecarRow is one Sidecar's line of status.

@@ -106,7 +106,12 @@ func judge(name string, c Cluster, a Attempt, records []v1alpha1.InjectionRecord
 	for _, rec := range records {
 		if rec.Name == name {
 			r.Injected, r.Revision, r.Current, r.Cause = true, rec.Revision, rec.Revision == current, CauseInjected
-			if !r.Current {
+			held := slices.ContainsFunc(c.Sidecars, func(s v1alpha1.Sidecar) bool { return s.Name == name && s.Status.CurrentRevision == rec.Revision })
+			switch {
+			case !r.Current && held:
+				r.Detail = append(r.Detail, fmt.Sprintf(
+					"the webhook injected revision %s, the Sidecar's status.currentRevision, which its rollout serves beside the newest, %s", rec.Revision, current))
+			case !r.Current:
 				r.Detail = append(r.Detail, fmt.Sprintf(
 					"the webhook injected revision %s; the Sidecar's current revision is %s: the operator has not loaded it yet", rec.Revision, current))
 			}

@@ -11,12 +11,11 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/workload"
 )
 
 // State is how a pod stands with one Sidecar.
@@ -36,6 +35,8 @@ const (
 type PodSidecar struct {
 	Sidecar string
 	State   State
+	// Revision is what the pod's record says; empty for a missed pod.
+	Revision string
 }
 
 // Judge classifies pods.
@@ -73,7 +74,7 @@ func (j *Judge) Pod(pod *corev1.Pod, dst []PodSidecar) []PodSidecar {
 		case rec.Revision != rev:
 			state = Outdated
 		}
-		dst = append(dst, PodSidecar{Sidecar: rec.Name, State: state})
+		dst = append(dst, PodSidecar{Sidecar: rec.Name, State: state, Revision: rec.Revision})
 	}
 	if j.Excluded != nil && j.Excluded(pod.Namespace) {
 		return dst
@@ -95,16 +96,24 @@ func Finished(pod *corev1.Pod) bool {
 type Counts struct {
 	Matched, Injected, Outdated, Missed, Unverified int32
 	Namespaces                                      sets.Set[string]
+	// Revisions counts the injected pods at each revision.
+	Revisions map[string]int32
+	// Ranks, when not nil, gathers the workload.Rank of each workload with
+	// a matched pod: a rollout's partition is drawn over them.
+	Ranks sets.Set[string]
 }
 
 // Add counts one pod's standing with the Sidecar.
-func (c *Counts) Add(namespace string, state State) {
-	if state == Unverified {
+func (c *Counts) Add(pod *corev1.Pod, st PodSidecar) {
+	if st.State == Unverified {
 		c.Unverified++ // neither injected nor missed: reported apart
 		return
 	}
 	c.Matched++
-	switch state {
+	if c.Ranks != nil {
+		c.Ranks.Insert(workload.Rank(workload.OfPod(pod)))
+	}
+	switch st.State {
 	case Missed:
 		c.Missed++
 		return
@@ -112,50 +121,17 @@ func (c *Counts) Add(namespace string, state State) {
 		c.Outdated++
 	}
 	c.Injected++
-	c.Namespaces.Insert(namespace)
+	c.Revisions[st.Revision]++
+	c.Namespaces.Insert(pod.Namespace)
 }
 
 // NewCounts returns empty counts.
-func NewCounts() *Counts { return &Counts{Namespaces: sets.New[string]()} }
-
-// WorkloadRef names the object that owns a pod: a Deployment (through its
-// ReplicaSet), StatefulSet, DaemonSet or other controller, else the pod.
-type WorkloadRef struct {
-	Kind      string `json:"kind"`
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+func NewCounts() *Counts {
+	return &Counts{Namespaces: sets.New[string](), Revisions: map[string]int32{}}
 }
 
-func (r WorkloadRef) String() string { return r.Kind + " " + r.Namespace + "/" + r.Name }
-
-// ReplicaSetOwners maps a ReplicaSet to the Deployment that controls it.
-type ReplicaSetOwners map[types.NamespacedName]string
-
-// NewReplicaSetOwners indexes ReplicaSets (metadata is enough) by their controlling Deployment.
-func NewReplicaSetOwners(replicaSets []metav1.PartialObjectMetadata) ReplicaSetOwners {
-	out := make(ReplicaSetOwners, len(replicaSets))
-	for i := range replicaSets {
-		rs := &replicaSets[i]
-		if owner := metav1.GetControllerOf(rs); owner != nil && owner.Kind == "Deployment" {
-			out[types.NamespacedName{Namespace: rs.Namespace, Name: rs.Name}] = owner.Name
-		}
-	}
-	return out
-}
-
-// WorkloadOf returns the workload a pod belongs to.
-func (o ReplicaSetOwners) WorkloadOf(pod *corev1.Pod) WorkloadRef {
-	owner := metav1.GetControllerOf(pod)
-	if owner == nil {
-		return WorkloadRef{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name}
-	}
-	if owner.Kind == "ReplicaSet" {
-		if d, ok := o[types.NamespacedName{Namespace: pod.Namespace, Name: owner.Name}]; ok {
-			return WorkloadRef{Kind: "Deployment", Namespace: pod.Namespace, Name: d}
-		}
-	}
-	return WorkloadRef{Kind: owner.Kind, Namespace: pod.Namespace, Name: owner.Name}
-}
+// WorkloadRef names the object that owns a pod: workload.Of decides it.
+type WorkloadRef = workload.Ref
 
 // Workload is what a workload's pods carry.
 type Workload struct {
@@ -195,11 +171,16 @@ type Summary struct {
 // Summarize judges every pod: the status controller over its cache, the
 // commands over what they listed. sidecars are the names to count, so that a
 // Sidecar without pods still has counts. Workloads are summed only when
-// owners is not nil. visit, when set, sees each state judged.
-func Summarize(pods iter.Seq[*corev1.Pod], sidecars []string, judge *Judge, owners ReplicaSetOwners, visit func(*corev1.Pod, PodSidecar)) *Summary {
+// byWorkload is set. visit, when set, sees each state judged; ranked names
+// the Sidecars whose counts gather workload ranks.
+func Summarize(pods iter.Seq[*corev1.Pod], sidecars []string, judge *Judge, byWorkload bool, ranked sets.Set[string],
+	visit func(*corev1.Pod, PodSidecar)) *Summary {
 	s := &Summary{Sidecars: make(map[string]*Counts, len(sidecars))}
 	for _, name := range sidecars {
 		s.Sidecars[name] = NewCounts()
+		if ranked.Has(name) {
+			s.Sidecars[name].Ranks = sets.New[string]()
+		}
 	}
 	type acc struct {
 		pods     int
@@ -214,16 +195,16 @@ func Summarize(pods iter.Seq[*corev1.Pod], sidecars []string, judge *Judge, owne
 		states = judge.Pod(pod, states[:0])
 		for _, st := range states {
 			if c := s.Sidecars[st.Sidecar]; c != nil {
-				c.Add(pod.Namespace, st.State)
+				c.Add(pod, st)
 			}
 			if visit != nil {
 				visit(pod, st)
 			}
 		}
-		if owners == nil {
+		if !byWorkload {
 			continue
 		}
-		ref := owners.WorkloadOf(pod)
+		ref := workload.OfPod(pod)
 		w := workloads[ref]
 		if w == nil {
 			w = &acc{sidecars: map[string]*WorkloadSidecar{}}

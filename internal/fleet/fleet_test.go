@@ -39,14 +39,16 @@ func TestSummarize(t *testing.T) {
 		pod("shop", "job-x", owned("Job", "nightly"), status(rev), corev1.PodSucceeded),
 		pod("quiet", "loose", nil, nil, ""),
 	}
-	rs := metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-abc", OwnerReferences: owned("Deployment", "web")}}
+	for i := range pods[:2] { // a Deployment's ReplicaSet is named after its pods' template hash
+		pods[i].Labels["pod-template-hash"] = "abc"
+	}
 	judge := &Judge{
 		Engine:          engine,
 		Revision:        engine.Revision,
 		NamespaceLabels: inject.DefaultNamespaceLabels,
 		Excluded:        func(ns string) bool { return ns == "quiet" },
 	}
-	s := Summarize(Each(pods), []string{"logger"}, judge, NewReplicaSetOwners([]metav1.PartialObjectMetadata{rs}), nil)
+	s := Summarize(Each(pods), []string{"logger"}, judge, true, nil, nil)
 
 	c := s.Sidecars["logger"]
 	if c.Matched != 3 || c.Injected != 2 || c.Outdated != 1 || c.Missed != 1 || c.Namespaces.Len() != 1 {

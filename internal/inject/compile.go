@@ -23,6 +23,11 @@ type compiledSidecar struct {
 	name     string
 	uid      string // metadata.uid; records are signed for it
 	revision string
+	// held is the older revision the Sidecar's rollout still serves
+	// (status.currentRevision), nil when it serves only this one;
+	// partition is the boundary whose workloads get it.
+	held      *compiledSidecar
+	partition string
 	// generation is metadata.generation: it moves with every spec change,
 	// including those the revision leaves out (rbac, allowRequestByName).
 	generation int64
@@ -81,6 +86,8 @@ func Revision(spec *v1alpha1.SidecarSpec) string {
 	// RBAC changes what the operator grants, not what a pod gets: changing
 	// it must not make injected pods outdated.
 	defaulted.RBAC = nil
+	// How a revision reaches pods is not part of it.
+	defaulted.UpdateStrategy, defaulted.RevisionHistoryLimit = nil, nil
 	if defaulted.OnMissingParameters == "" {
 		defaulted.OnMissingParameters = v1alpha1.MissingParametersReject
 	}

@@ -247,6 +247,10 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 			p.skip(sc.name, SkipByAnnotation, "")
 			continue
 		}
+		sc, ok := p.served(sc, pod, namespace)
+		if !ok {
+			continue
+		}
 		if name, clash := sc.containerIn(pod); clash {
 			p.skip(sc.name, SkipContainerExists, fmt.Sprintf("sidecar %q not injected: the pod already has a container named %q", sc.name, name))
 			continue

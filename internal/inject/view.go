@@ -2,6 +2,7 @@ package inject
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
 )
@@ -38,6 +39,13 @@ type MetadataView struct {
 	Namespace    string
 	Labels       map[string]string
 	Annotations  map[string]string
+	// Controller is the owner reference with controller true, if any:
+	// a rollout's partition holds the pod's workload by it.
+	Controller ownerView
+}
+
+type ownerView struct {
+	Kind, Name string
 }
 
 type containerView struct {
@@ -112,10 +120,44 @@ func (m *MetadataView) read(s *jsonscan.Scanner) {
 			readMap(s, &m.Labels)
 		case "annotations":
 			readMap(s, &m.Annotations)
+		case "ownerReferences":
+			m.Controller = readController(s)
 		default:
 			s.Skip()
 		}
 	}
+}
+
+// readController returns the first owner reference marked controller, as
+// metav1.GetControllerOf does (the apiserver allows one, but validates
+// after the webhooks).
+func readController(s *jsonscan.Scanner) ownerView {
+	var found ownerView
+	seen := false
+	if !s.Array() {
+		return found
+	}
+	for s.Element() {
+		var o ownerView
+		controller := false
+		readFields(s, func(key []byte) bool {
+			switch string(key) {
+			case "kind":
+				readString(s, &o.Kind)
+			case "name":
+				readString(s, &o.Name)
+			case "controller":
+				controller, _ = s.Bool()
+			default:
+				return false
+			}
+			return true
+		})
+		if controller && !seen {
+			found, seen = o, true
+		}
+	}
+	return found
 }
 
 func (sp *SpecView) read(s *jsonscan.Scanner) {
@@ -248,6 +290,9 @@ func viewOfPod(pod *corev1.Pod) *PodView {
 	v.Metadata.Namespace = pod.Namespace
 	v.Metadata.Labels = pod.Labels
 	v.Metadata.Annotations = pod.Annotations
+	if owner := metav1.GetControllerOf(pod); owner != nil {
+		v.Metadata.Controller = ownerView{Kind: owner.Kind, Name: owner.Name}
+	}
 	v.Spec.ServiceAccountName = pod.Spec.ServiceAccountName
 	v.Spec.Containers = containerViews(pod.Spec.Containers)
 	v.Spec.InitContainers = containerViews(pod.Spec.InitContainers)

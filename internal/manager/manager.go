@@ -14,6 +14,7 @@ import (
 	"net/http"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,6 +38,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/engine"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/pullsecret"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/rbac"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/revision"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/status"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/webhookscope"
@@ -80,7 +82,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	log := mgr.GetLogger().WithName("operator")
 
 	engines, keys, keyChanges := &webhook.SwappableEngine{}, &webhook.SwappableRing{}, &signingkey.Changes{}
-	compiler := engine.New(engines)
+	compiler := engine.New(engines, opts.Namespace)
 	if err := compiler.SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -190,6 +192,8 @@ func managerOptions(opts Options) ctrl.Options {
 			// The signing key and the certificate: the operator reads no
 			// Secret of another namespace. Metadata only, slimmed.
 			secrets.Meta(): {Label: managedSelector, Transform: secrets.Slim, Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+			// The Sidecars' revisions, kept in the operator's namespace.
+			&appsv1.ControllerRevision{}: {Label: managedSelector, Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 			// The operator's own configurations and policy, by name, so that
 			// RBAC can grant their list and watch by resourceNames.
 			&admissionv1.MutatingWebhookConfiguration{}:     byName(opts.WebhookConfigName),
@@ -239,15 +243,19 @@ func addFleetControllers(
 	}).SetupWithManager(mgr, keyChanges); err != nil {
 		return err
 	}
-	return (&status.Reconciler{
+	if err := (&status.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.All,
 		NamespaceLabels: func(name string) (map[string]string, bool) { return namespaces.Labels(mgr.GetCache(), name) },
 		// Unscoped: a pod a Sidecar selects is in a namespace its
 		// namespaceSelector selects, so in scope; one created before the
 		// scope caught up is missed, and reported.
-		Webhook: webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, nil, opts.FailurePolicy, webhookconfig.AllNamespaces, opts.Namespace),
-		Log:     log.WithName("status"),
-	}).SetupWithManager(mgr, keyChanges)
+		Webhook:   webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, nil, opts.FailurePolicy, webhookconfig.AllNamespaces, opts.Namespace),
+		Namespace: opts.Namespace,
+		Log:       log.WithName("status"),
+	}).SetupWithManager(mgr, keyChanges); err != nil {
+		return err
+	}
+	return (&revision.Reconciler{Client: mgr.GetClient(), Namespace: opts.Namespace, Log: log.WithName("revision")}).SetupWithManager(mgr)
 }
 
 // addAdminAPI serves the inventory on the metrics port, only behind its

@@ -20,7 +20,7 @@ var statusPath = field.NewPath("metadata", "annotations").Key(v1alpha1.Annotatio
 //
 // On CREATE (old is nil) every record must parse, name a Sidecar the engine
 // knows, and, when ring is set, carry the webhook's signature for this pod,
-// at the Sidecar's current revision. Injected containers that changed after
+// at a revision the Sidecar serves (inject.Engine.Serves). Injected containers that changed after
 // injection (another webhook's or policy's edit, or a copy's) do not refuse
 // the pod: they leave it without the grants, and a warning names the
 // field. Without a ring (the standalone webhook, which grants nothing) the
@@ -46,6 +46,9 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) (errs 
 		}
 		seen[r.Name] = true
 		containers, known := engine.ContainerNames(r.Name)
+		if at, served := engine.ContainerNamesAt(r.Name, r.Revision); served {
+			containers = at
+		}
 		switch {
 		case !known:
 			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("names sidecar %q, which does not exist", r.Name)))
@@ -62,12 +65,12 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) (errs 
 			if err != nil {
 				warnings = append(warnings, shortened(fmt.Sprintf("sidecar %q grants nothing (rbac, pull secret) to this pod: %v", r.Name, err), maxWarning))
 			}
-			if current, _ := engine.Revision(r.Name); r.Revision != current {
+			if !engine.Serves(r.Name, r.Revision) {
 				// Only pods injected before a change may stay behind: a copy
 				// of their record would run a superseded template with the grant.
 				errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf(
-					"the record of sidecar %q is of revision %s, and the Sidecar is at %s: a new pod gets the current revision; create it without the record",
-					r.Name, r.Revision, current)))
+					"the record of sidecar %q is of revision %s, and the Sidecar serves %s: a new pod gets a revision it serves; create it without the record",
+					r.Name, abbreviate(r.Revision), engine.ServedText(r.Name))))
 			}
 		default:
 			for _, name := range containers {

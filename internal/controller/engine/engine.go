@@ -6,6 +6,11 @@ import (
 	"context"
 	"slices"
 
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -15,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/revision"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
@@ -22,6 +28,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars,verbs=list;watch
+// +kubebuilder:rbac:groups=apps,namespace=sidecar-operator-system,resources=controllerrevisions,verbs=list;watch
 
 // builds counts compilations of the injection engine: each Sidecar change
 // costs one on every replica, and nothing else should.
@@ -36,14 +43,17 @@ func init() { metrics.Registry.MustRegister(builds) }
 // engine is a snapshot of all Sidecars, so any change rebuilds all of it.
 type Builder struct {
 	engines *webhook.SwappableEngine
-	client  client.Reader
+	// namespace is the operator's, which keeps the Sidecars' revisions.
+	namespace string
+	client    client.Reader
 	log     logr.Logger
 	loaded  chan struct{}
 }
 
-// New stores each engine it builds in engines.
-func New(engines *webhook.SwappableEngine) *Builder {
-	return &Builder{engines: engines, loaded: make(chan struct{})}
+// New stores each engine it builds in engines; namespace keeps the
+// Sidecars' revisions.
+func New(engines *webhook.SwappableEngine, namespace string) *Builder {
+	return &Builder{engines: engines, namespace: namespace, loaded: make(chan struct{})}
 }
 
 // Loaded is closed once the first engine is built from a synced cache.
@@ -54,9 +64,12 @@ func (b *Builder) Loaded() <-chan struct{} { return b.loaded }
 // there is no Sidecar to trigger a rebuild.
 func (b *Builder) SetupWithManager(mgr ctrl.Manager) error {
 	b.client, b.log = mgr.GetCache(), mgr.GetLogger().WithName("engine")
+	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == b.namespace })
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("engine").
-		For(&v1alpha1.Sidecar{}, builder.WithPredicates(watch.SidecarChanged())).
+		For(&v1alpha1.Sidecar{}, builder.WithPredicates(watch.ServedChanged())).
+		// A held revision is served once it is kept.
+		Watches(&appsv1.ControllerRevision{}, watch.Constant(types.NamespacedName{Name: "engine"}), builder.WithPredicates(inNamespace)).
 		WithOptions(controller.Options{NeedLeaderElection: new(false), MaxConcurrentReconciles: 1}).
 		Complete(b); err != nil {
 		return err
@@ -89,7 +102,11 @@ func (b *Builder) rebuild(ctx context.Context) error {
 	}
 	// A Sidecar being deleted injects no more pods.
 	live := slices.DeleteFunc(list.Items, func(sc v1alpha1.Sidecar) bool { return !sc.DeletionTimestamp.IsZero() })
-	e, err := inject.New(live)
+	held, err := b.held(ctx, live)
+	if err != nil {
+		return err
+	}
+	e, err := inject.NewServing(live, held)
 	builds.Inc()
 	if err != nil {
 		// Valid Sidecars still inject; the broken ones are reported, not fatal.
@@ -98,6 +115,36 @@ func (b *Builder) rebuild(ctx context.Context) error {
 	b.engines.Store(e)
 	b.log.V(1).Info("injection engine rebuilt", "sidecars", e.Names())
 	return nil
+}
+
+// held reads, for each Sidecar whose rollout serves an older revision
+// beside its newest, that revision's spec from its ControllerRevision. One
+// that is missing or keeps another spec is reported and not served.
+func (b *Builder) held(ctx context.Context, sidecars []v1alpha1.Sidecar) (map[string]*inject.Held, error) {
+	out := map[string]*inject.Held{}
+	for i := range sidecars {
+		sc := &sidecars[i]
+		current := sc.Status.CurrentRevision
+		if !sc.Spec.Rolling() || current == "" || current == inject.Revision(&sc.Spec) {
+			continue
+		}
+		var cr appsv1.ControllerRevision
+		err := b.client.Get(ctx, types.NamespacedName{Namespace: b.namespace, Name: revision.Name(sc.Name, current)}, &cr)
+		if apierrors.IsNotFound(err) {
+			b.log.Info("the current revision is not kept: the newest is served", "sidecar", sc.Name, "revision", current)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		spec, err := revision.Spec(&cr, sc.Name, current)
+		if err != nil {
+			b.log.Error(err, "the current revision is not served", "sidecar", sc.Name)
+			continue
+		}
+		out[sc.Name] = &inject.Held{Spec: *spec, Partition: sc.Status.PartitionHash}
+	}
+	return out, nil
 }
 
 // everyReplica is a runnable that runs whether or not this replica leads.

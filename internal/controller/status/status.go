@@ -81,7 +81,9 @@ type Reconciler struct {
 	// namespaces it does not serve were never meant to be injected, so they
 	// are not missed.
 	Webhook *admissionv1.MutatingWebhookConfiguration
-	Log     logr.Logger
+	// Namespace is the operator's, which keeps the Sidecars' revisions.
+	Namespace string
+	Log       logr.Logger
 
 	// serving is Webhook's namespace selection, parsed once.
 	serving *webhookconfig.Serving
@@ -132,11 +134,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	names := make([]string, len(sidecars.Items))
 	revisions := make(map[string]string, len(sidecars.Items))
+	rolling := sets.New[string]()
 	engineStale := false
 	for i := range sidecars.Items {
 		sc := &sidecars.Items[i]
 		names[i] = sc.Name
 		revisions[sc.Name] = inject.Revision(&sc.Spec)
+		if sc.Spec.Rolling() {
+			rolling.Insert(sc.Name)
+		}
 		if view.Lags(sc) {
 			engineStale = true
 		}
@@ -151,7 +157,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	seen := map[string]bool{}
 	deferred := false
 	var eventErrs []error
-	summary := fleet.Summarize(r.Pods, names, judge, nil, func(pod *corev1.Pod, st fleet.PodSidecar) {
+	summary := fleet.Summarize(r.Pods, names, judge, false, rolling, func(pod *corev1.Pod, st fleet.PodSidecar) {
 		var told bool
 		var err error
 		switch st.State {
@@ -209,10 +215,14 @@ func (r *Reconciler) excluded(namespace string) bool {
 func (r *Reconciler) writeStatus(ctx context.Context, engine *inject.Engine, sc *v1alpha1.Sidecar, revision string, c *fleet.Counts) error {
 	status := v1alpha1.SidecarStatus{
 		ObservedGeneration: sc.Generation,
-		Revision:           revision,
+		UpdateRevision:     revision,
 		MatchedPods:        c.Matched, InjectedPods: c.Injected, OutdatedPods: c.Outdated, MissedPods: c.Missed,
 		UnverifiedPods: c.Unverified,
 		Namespaces:     int32(c.Namespaces.Len()),
+		Revisions:      revisionPods(c.Revisions),
+	}
+	if err := r.rollout(ctx, sc, c, &status); err != nil {
+		return err
 	}
 	ready := metav1.Condition{
 		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Injecting", Message: "the webhook injects this revision",

@@ -40,6 +40,21 @@ func SidecarChanged() predicate.Predicate {
 	}
 }
 
+// ServedChanged passes Sidecar events that change what the webhook
+// serves: SidecarChanged's, and the rollout's revisions and partition in
+// status.
+func ServedChanged() predicate.Predicate {
+	changed := SidecarChanged()
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*v1alpha1.Sidecar)
+			n, ok2 := e.ObjectNew.(*v1alpha1.Sidecar)
+			return changed.Update(e) || !ok1 || !ok2 ||
+				o.Status.CurrentRevision != n.Status.CurrentRevision || o.Status.PartitionHash != n.Status.PartitionHash
+		},
+	}
+}
+
 // InjectionChanged passes pod events that change what a record verifies
 // against: the injection record, the ServiceAccount (immutable, so only on
 // create), an image (the one field a record's digest covers that a pod
