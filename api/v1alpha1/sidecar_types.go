@@ -322,10 +322,6 @@ type Parameter struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster
 // +kubebuilder:subresource:status
-// The name fits the pin annotation's name part (MaxSidecarName); checked on
-// create only, as names never change and an older, longer one must still
-// lose its finalizer.
-// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.size() <= 54",optionalOldSelf=true,message="a Sidecar's name is at most 54 characters, so that the pod annotation sidecar-operator.io/revision.<name> that pins its revision fits"
 // +kubebuilder:printcolumn:name="Matched",type=integer,JSONPath=`.status.matchedPods`
 // +kubebuilder:printcolumn:name="Injected",type=integer,JSONPath=`.status.injectedPods`
 // +kubebuilder:printcolumn:name="Outdated",type=integer,JSONPath=`.status.outdatedPods`

@@ -226,7 +226,6 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 	}
 	requested := annotations[v1alpha1.AnnotationInject]
 	skip := annotations[v1alpha1.AnnotationSkip]
-	skipAll := strings.TrimSpace(skip) == "*"
 	var nsLabelSet labels.Set
 	podLabels := labels.Set(pod.Metadata.Labels)
 
@@ -243,11 +242,7 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 		if !p.namespaceSelects(sc, nsLabels, &nsLabelSet) {
 			continue
 		}
-		if skipAll || listHas(skip, sc.name) {
-			p.skip(sc.name, SkipByAnnotation, "")
-			continue
-		}
-		sc, ok := p.served(sc, pod, namespace)
+		sc, ok := p.unskipped(sc, pod, namespace, skip)
 		if !ok {
 			continue
 		}
@@ -300,6 +295,16 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 	}
 	p.planPullSecrets()
 	p.addLabel = pod.Metadata.Labels[v1alpha1.LabelInjected] != "true"
+}
+
+// unskipped returns the revision of sc the pod gets (served), unless the
+// pod's skip annotation lists it or every Sidecar ("*").
+func (p *plan) unskipped(sc *compiledSidecar, pod *PodView, namespace, skip string) (*compiledSidecar, bool) {
+	if strings.TrimSpace(skip) == "*" || listHas(skip, sc.name) {
+		p.skip(sc.name, SkipByAnnotation, "")
+		return nil, false
+	}
+	return p.served(sc, pod, namespace)
 }
 
 // namespaceSelects reports whether sc's namespaceSelector, if it has one,

@@ -132,6 +132,17 @@ func tokenPathMounts(s *v1alpha1.SidecarSpec, spec *field.Path) field.ErrorList 
 	return errs
 }
 
+// SidecarName refuses a name too long for the pin annotation
+// sidecar-operator.io/revision.<name>, whose name part is at most 63
+// characters.
+func SidecarName(name string) field.ErrorList {
+	if len(name) <= v1alpha1.MaxSidecarName {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), name, fmt.Sprintf(
+		"at most %d characters, so that the pod annotation %s<name>, which pins a revision, fits", v1alpha1.MaxSidecarName, v1alpha1.AnnotationRevisionPrefix))}
+}
+
 // Message is a denial listing every error.
 func Message(kind, name string, errs field.ErrorList) string {
 	lines := make([]string, len(errs))

@@ -118,6 +118,9 @@ func (v *Validator) validateSidecars(w http.ResponseWriter, r *http.Request, in 
 		return
 	}
 	errs := validation.Sidecar(&sc)
+	if old == nil { // names never change, and an older, longer one must still lose its finalizer
+		errs = append(errs, validation.SidecarName(sc.Name)...)
+	}
 	// An update that keeps the spec (labels, finalizers) is not judged again.
 	if ref := sc.Spec.ImagePullSecret; ref != nil && v.PullSecrets != nil && (old == nil || !equality.Semantic.DeepEqual(&sc.Spec, &old.Spec)) {
 		if err := v.PullSecrets.AllowedNamespace(ref.Namespace); err != nil {

@@ -32,8 +32,8 @@ func TestOf(t *testing.T) {
 // TestPartitionHoldsExactly: the partition holds exactly the share asked
 // for, the lowest ranks, where a rank is what the docs say it is.
 func TestPartitionHoldsExactly(t *testing.T) {
-	var refs []Ref
-	var ranks []string
+	refs := make([]Ref, 0, 4)
+	ranks := make([]string, 0, 4)
 	for i := range 4 {
 		r := Ref{Kind: "Deployment", Namespace: "shop", Name: fmt.Sprintf("d%d", i)}
 		refs = append(refs, r)

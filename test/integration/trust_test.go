@@ -234,8 +234,8 @@ func currentRevision(t *testing.T, sc *v1alpha1.Sidecar) string {
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(sc), sc); err != nil {
 		t.Fatal(err)
 	}
-	if sc.Status.Revision != "" {
-		return sc.Status.Revision
+	if sc.Status.UpdateRevision != "" {
+		return sc.Status.UpdateRevision
 	}
 	return inject.Revision(&sc.Spec)
 }

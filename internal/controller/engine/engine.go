@@ -46,8 +46,8 @@ type Builder struct {
 	// namespace is the operator's, which keeps the Sidecars' revisions.
 	namespace string
 	client    client.Reader
-	log     logr.Logger
-	loaded  chan struct{}
+	log       logr.Logger
+	loaded    chan struct{}
 }
 
 // New stores each engine it builds in engines; namespace keeps the
