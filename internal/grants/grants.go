@@ -73,6 +73,12 @@ func (v *View) Verify(pod *corev1.Pod, rec *v1alpha1.InjectionRecord) error {
 	return v.Engine.Verify(v.ring, pod, rec)
 }
 
+// Upgrade is the pod updated in place to a revision of sidecar, its record
+// signed with the keys of this pass (inject.Engine.Upgrade).
+func (v *View) Upgrade(pod *corev1.Pod, sidecar, revision string) (*corev1.Pod, error) {
+	return v.Engine.Upgrade(pod, sidecar, revision, v.ring)
+}
+
 // Grants reports whether the pod carries the grants of sidecar: its record
 // verifies, and the Sidecar as compiled still selects the pod there.
 func (v *View) Grants(ctx context.Context, pod *corev1.Pod, sidecar string) bool {

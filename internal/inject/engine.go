@@ -744,18 +744,22 @@ func (p *plan) seal(signer Signer) error {
 			signer.Sign(p.namespace, sa, s.sc.uid, rec)
 		}
 	}
-	n := len(p.existing.Sidecars) + len(p.injected)
-	buf := make([]byte, 0, 192*n)
+	records := slices.Concat(p.existing.Sidecars, p.injected)
+	buf := appendStatus(make([]byte, 0, 192*len(records)), records)
+	p.status = unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
+	return nil
+}
+
+// appendStatus writes the status annotation's value for records.
+func appendStatus(buf []byte, records []v1alpha1.InjectionRecord) []byte {
 	buf = append(buf, `{"sidecars":[`...)
-	for i, r := range slices.Concat(p.existing.Sidecars, p.injected) {
+	for i := range records {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = appendRecord(buf, &r)
+		buf = appendRecord(buf, &records[i])
 	}
-	buf = append(buf, "]}"...)
-	p.status = unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
-	return nil
+	return append(buf, "]}"...)
 }
 
 // appendRecord writes one record as encoding/json would.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/workload"
 )
@@ -112,4 +114,20 @@ func (e *Engine) ContainerNamesAt(sidecar, revision string) ([]string, bool) {
 		return at.containerNames, true
 	}
 	return nil, false
+}
+
+// Target returns the revision of a Sidecar the webhook would give the pod
+// now: its pin, else the held one when the partition holds its workload,
+// else the newest. A rollout brings the pod there.
+func (e *Engine) Target(pod *corev1.Pod, sidecar string) (string, error) {
+	c := e.byName[sidecar]
+	if c == nil {
+		return "", fmt.Errorf("sidecar %q does not exist", sidecar)
+	}
+	var p plan
+	sc, ok := p.served(c, viewOfPod(pod), pod.Namespace)
+	if !ok {
+		return "", errors.New(p.denials[0])
+	}
+	return sc.revision, nil
 }

@@ -26,7 +26,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",resources=nodes;services,verbs=list
-// +kubebuilder:rbac:groups=apps,resources=deployments;replicasets,verbs=list
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=list
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 

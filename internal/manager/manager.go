@@ -15,6 +15,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -39,6 +41,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/pullsecret"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/rbac"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/revision"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/rollout"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/status"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/webhookscope"
@@ -70,8 +73,14 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		cfg = rest.CopyConfig(cfg)
 		cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
 	}
+	var err error
 	if opts.CreateNamespace {
-		if err := ensureNamespace(ctx, cfg, opts.Namespace); err != nil {
+		if err = ensureNamespace(ctx, cfg, opts.Namespace); err != nil {
+			return err
+		}
+	}
+	if opts.Component.Serves() && opts.UpgraderUser == "" {
+		if opts.UpgraderUser, err = upgraderUser(ctx, cfg, opts); err != nil {
 			return err
 		}
 	}
@@ -255,7 +264,13 @@ func addFleetControllers(
 	}).SetupWithManager(mgr, keyChanges); err != nil {
 		return err
 	}
-	return (&revision.Reconciler{Client: mgr.GetClient(), Namespace: opts.Namespace, Log: log.WithName("revision")}).SetupWithManager(mgr)
+	if err := (&revision.Reconciler{Client: mgr.GetClient(), Namespace: opts.Namespace, Log: log.WithName("revision")}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&rollout.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.All,
+		Events: mgr.GetEventRecorder("sidecar-operator-rollout"), Log: log.WithName("rollout"),
+	}).SetupWithManager(mgr)
 }
 
 // addAdminAPI serves the inventory on the metrics port, only behind its
@@ -293,4 +308,21 @@ func ensureNamespace(ctx context.Context, cfg *rest.Config, name string) error {
 		return fmt.Errorf("creating namespace %s: %w", name, err)
 	}
 	return nil
+}
+
+// upgraderUser is who may upgrade pods in place: the controllers'
+// ServiceAccount, or this process's own identity when it runs them too.
+func upgraderUser(ctx context.Context, cfg *rest.Config, opts Options) (string, error) {
+	if !opts.Component.Controls() {
+		return webhookconfig.GrantingUser(opts.Namespace), nil
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("asking the apiserver who this process is: %w", err)
+	}
+	return review.Status.UserInfo.Username, nil
 }

@@ -23,6 +23,10 @@ type Options struct {
 	// Component is what this process runs: the webhook, the controllers,
 	// or both (the default, for runs outside a cluster).
 	Component Component
+	// UpgraderUser is the username whose pod updates may move an
+	// injection record to another revision in place: by default the
+	// controllers' ServiceAccount, or, when one process runs both, its own.
+	UpgraderUser string
 	// InCluster says the operator runs in a pod: the webhook is reached
 	// through ServiceName in Namespace, which defaults to PodNamespace.
 	// Outside, it is reached at WebhookURL and Namespace is created.

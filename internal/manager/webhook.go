@@ -36,6 +36,7 @@ func newWebhookServer(
 			Keys:            keys,
 			PullSecrets:     &authorship.PullSecretPolicy{Namespaces: opts.PullSecretNamespaces},
 			NamespaceLabels: nsLabels,
+			Upgrader:        opts.UpgraderUser,
 		},
 		Mutator: &webhook.Mutator{
 			Engines:               engines,

@@ -130,7 +130,12 @@ func Slim(obj any) (any, error) {
 		HostPID:               pod.Spec.HostPID,
 		HostIPC:               pod.Spec.HostIPC,
 	}
-	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase}
+	pod.Status = corev1.PodStatus{
+		Phase: pod.Status.Phase,
+		// The rollout paces itself by the injected containers' readiness.
+		InitContainerStatuses: slimStatuses(pod.Status.InitContainerStatuses, injected),
+		ContainerStatuses:     slimStatuses(pod.Status.ContainerStatuses, injected),
+	}
 	internMeta(pod)
 	return pod, nil
 }
@@ -169,6 +174,24 @@ func slimContainers(cs []corev1.Container, injected map[string]bool) []corev1.Co
 		}
 	}
 	return sharedContainers.share(out)
+}
+
+// slimStatuses keeps of the injected containers' statuses what the
+// rollout reads: the image running, whether it is ready, and why it waits.
+func slimStatuses(statuses []corev1.ContainerStatus, injected map[string]bool) []corev1.ContainerStatus {
+	var out []corev1.ContainerStatus
+	for i := range statuses {
+		st := &statuses[i]
+		if !injected[st.Name] {
+			continue
+		}
+		slim := corev1.ContainerStatus{Name: st.Name, Image: st.Image, Ready: st.Ready, RestartCount: st.RestartCount}
+		if w := st.State.Waiting; w != nil {
+			slim.State.Waiting = &corev1.ContainerStateWaiting{Reason: w.Reason}
+		}
+		out = append(out, slim)
+	}
+	return out
 }
 
 // reach is what of the pod's volumes a container reaches: verification

@@ -27,6 +27,9 @@ type Rendering struct {
 	Owned string
 	// Mounted names the volumes the containers mount.
 	Mounted []string
+	// Images are the containers' images, in order: what an upgrade in
+	// place writes.
+	Images []string
 }
 
 // Render reads the containers the webhook rendered, the first inits of them
@@ -54,7 +57,11 @@ func Render(list []Content, inits int, shared []corev1.VolumeMount) Rendering {
 		}
 		owned = append(append(owned, ';'), strings.Join(slices.Compact(slices.Sorted(slices.Values(names))), "|")...)
 	}
-	return Rendering{Digest: digest, Owned: string(owned), Mounted: mounted}
+	images := make([]string, len(list))
+	for i := range list {
+		images[i] = list[i].Image
+	}
+	return Rendering{Digest: digest, Owned: string(owned), Mounted: mounted, Images: images}
 }
 
 // The securityContext fields an admission actor may set where the webhook

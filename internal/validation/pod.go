@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -28,13 +29,18 @@ var statusPath = field.NewPath("metadata", "annotations").Key(v1alpha1.Annotatio
 //
 // On UPDATE, through pods, pods/status or pods/ephemeralcontainers, the old
 // record must parse, the record must stay byte for byte what it was, and the
-// injected containers must keep what the digest covers.
-func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring) (errs field.ErrorList, warnings []string) {
+// injected containers must keep what the digest covers; but an update by
+// the operator's controllers (upgrader) may move records to another
+// revision in place (inPlace).
+func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring, upgrader bool) (errs field.ErrorList, warnings []string) {
 	records, err := parseRecords(pod)
 	if err != nil {
 		return field.ErrorList{field.Invalid(statusPath, abbreviate(pod.Annotations[v1alpha1.AnnotationStatus]), err.Error())}, nil
 	}
 	if old != nil {
+		if upgrader && ring != nil && pod.Annotations[v1alpha1.AnnotationStatus] != old.Annotations[v1alpha1.AnnotationStatus] {
+			return inPlace(pod, old, records, engine, ring), nil
+		}
 		return podUpdate(pod, old, engine), nil
 	}
 	seen := map[string]bool{}
@@ -176,4 +182,64 @@ func shortened(s string, most int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:most], "") + "…"
+}
+
+// inPlace judges an update by the operator's controllers that moves
+// records to another revision in place (inject.Engine.Upgrade): the records
+// keep their Sidecars and order; each that changed is at a revision its
+// Sidecar serves, names the same containers and verifies on the updated
+// pod; and the only containers whose images changed are those of the
+// changed records, each to what its new record covers. Everything else the
+// record covers stays, as for any update.
+func inPlace(pod, old *corev1.Pod, records []v1alpha1.InjectionRecord, engine *inject.Engine, ring *signing.Ring) field.ErrorList {
+	oldRecords, err := parseRecords(old)
+	if err != nil {
+		return field.ErrorList{field.Forbidden(statusPath, "the pod's stored injection record does not parse, so no update can be judged: "+err.Error())}
+	}
+	if len(records) != len(oldRecords) {
+		return field.ErrorList{field.Forbidden(statusPath, "an upgrade in place keeps the pod's Sidecars: records cannot be added or removed")}
+	}
+	var errs field.ErrorList
+	moved := map[string]bool{} // containers whose image may change
+	for i := range records {
+		r, was := &records[i], &oldRecords[i]
+		if equality.Semantic.DeepEqual(r, was) {
+			continue
+		}
+		switch {
+		case r.Name != was.Name || !slices.Equal(r.Containers, was.Containers):
+			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf(
+				"the record of sidecar %q may change revision in place, not its Sidecar or containers", was.Name)))
+		case !engine.Serves(r.Name, r.Revision):
+			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("the record of sidecar %q moves to revision %s, which the Sidecar does not serve (%s)",
+				r.Name, abbreviate(r.Revision), engine.ServedText(r.Name))))
+		default:
+			if err := engine.Verify(ring, pod, r); err != nil {
+				errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("the record of sidecar %q at revision %s does not verify on the updated pod: %v",
+					r.Name, abbreviate(r.Revision), err)))
+			}
+			for _, name := range r.Containers {
+				moved[name] = true
+			}
+		}
+	}
+	for _, list := range [][2][]corev1.Container{{old.Spec.InitContainers, pod.Spec.InitContainers}, {old.Spec.Containers, pod.Spec.Containers}} {
+		for _, before := range list[0] {
+			after := signing.Container(pod, before.Name)
+			if after != nil && after.Image != before.Image && !moved[before.Name] {
+				errs = append(errs, field.Forbidden(containerPath(pod, before.Name).Child("image"), fmt.Sprintf(
+					"container %q is not one a record moving in place covers: its image cannot change in an upgrade", before.Name)))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	// What the records cover besides the images, and ephemeral targets, as for any update.
+	unmoved := old.DeepCopy()
+	unmoved.Annotations[v1alpha1.AnnotationStatus] = pod.Annotations[v1alpha1.AnnotationStatus]
+	for name := range moved {
+		signing.Container(unmoved, name).Image = signing.Container(pod, name).Image
+	}
+	return podUpdate(pod, unmoved, engine)
 }

@@ -161,7 +161,7 @@ func TestPod(t *testing.T) {
 			if tc.noRing {
 				r = nil
 			}
-			errs, warnings := Pod(tc.pod, tc.old, engine, r)
+			errs, warnings := Pod(tc.pod, tc.old, engine, r, false)
 			msg := Message("Pod", "p", errs)
 			if tc.want == "" && len(errs) > 0 || tc.want != "" && !strings.Contains(msg, tc.want) {
 				t.Fatalf("got %s, want %q", msg, tc.want)

@@ -37,6 +37,10 @@ type Validator struct {
 	// standalone webhook, which copies nothing) allows anywhere.
 	PullSecrets     *authorship.PullSecretPolicy
 	NamespaceLabels inject.NamespaceLabelsFunc
+	// Upgrader is the username of the operator's controllers, the one
+	// identity whose pod updates may move a record to another revision in
+	// place (validation.Pod); empty allows none.
+	Upgrader string
 }
 
 // review is what the validating handlers read of an AdmissionReview; they
@@ -47,11 +51,14 @@ type review struct {
 	Request    *struct {
 		UID         string `json:"uid"`
 		Kind        groupVersionKind
-		SubResource string          `json:"subResource"`
-		Namespace   string          `json:"namespace"`
-		Operation   string          `json:"operation"`
-		Object      json.RawMessage `json:"object"`
-		OldObject   json.RawMessage `json:"oldObject"`
+		SubResource string `json:"subResource"`
+		Namespace   string `json:"namespace"`
+		Operation   string `json:"operation"`
+		UserInfo    struct {
+			Username string `json:"username"`
+		} `json:"userInfo"`
+		Object    json.RawMessage `json:"object"`
+		OldObject json.RawMessage `json:"oldObject"`
 	} `json:"request"`
 }
 
@@ -180,7 +187,8 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 		}
 		oldPod = &old
 	}
-	errs, warnings := validation.Pod(&pod, oldPod, engine, ring)
+	upgrader := v.Upgrader != "" && rv.Request.UserInfo.Username == v.Upgrader
+	errs, warnings := validation.Pod(&pod, oldPod, engine, ring, upgrader)
 	if len(errs) > 0 {
 		answer(w, rv, validation.Message("Pod", podName(&pod), errs))
 		return

@@ -16,14 +16,18 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -32,6 +36,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/rbac"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/inventory"
 	"github.com/sidecar-operator/sidecar-operator/internal/manager"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
@@ -348,11 +353,9 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 				// podEvents.toldBefore reads back an Event a former leader
 				// recorded for a missed or unverified pod; the run has neither.
 				{verb: "get", group: "events.k8s.io", resource: "events"}: "an Event read back after a leader change",
-				// The controllers tell of what goes wrong: a missed or
-				// unverified pod, a pull secret's source missing, a
-				// certificate that could not be renewed; the run has none.
-				{verb: "create", group: "events.k8s.io", resource: "events"}: "Events of what goes wrong, which the run avoids",
-				{verb: "patch", group: "events.k8s.io", resource: "events"}:  "Events of what goes wrong, repeated",
+				// The run's Events (pods upgraded in place) are each told
+				// once; a repeated one is patched.
+				{verb: "patch", group: "events.k8s.io", resource: "events"}: "an Event repeated",
 				// The signing key and the certificate are updated when rotated
 				// (AnnotationRotate, or at 2/3 of their life); the run rotates
 				// neither.
@@ -424,6 +427,38 @@ func runGrantingWorkload(t *testing.T, c client.Client, adminURL, webhookMetrics
 		}
 		if len(binding.Subjects) != 2 || len(clusterBinding.Subjects) != 2 {
 			return fmt.Errorf("subjects %v and %v, want 2 each", binding.Subjects, clusterBinding.Subjects)
+		}
+		return nil
+	})
+
+	// A rolling image change: the controllers upgrade both pods in place
+	// (get and update) and prune the revision no pod carries any more.
+	before := inject.Revision(&sc.Spec)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(sc), sc); err != nil {
+			return err
+		}
+		sc.Spec.Containers[0].Image += "-2"
+		sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate, MaxUnavailable: new(intstr.FromString("100%"))}
+		sc.Spec.RevisionHistoryLimit = new(int32(0))
+		return c.Update(ctx, sc)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := inject.Revision(&sc.Spec)
+	eventually(t, 30*time.Second, func() error {
+		for _, p := range []*corev1.Pod{pod, worker} {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return err
+			}
+			if recs := inject.InjectedSidecars(p.Annotations); len(recs) != 1 || recs[0].Revision != after {
+				return fmt.Errorf("pod %s carries %+v, want revision %s", p.Name, recs, after)
+			}
+		}
+		var old appsv1.ControllerRevision
+		if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: sc.Name + "-" + before}, &old); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("revision %s still kept: %v", before, err)
 		}
 		return nil
 	})

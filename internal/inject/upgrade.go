@@ -1,0 +1,80 @@
+package inject
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
+)
+
+// ErrNotInPlace says a pod cannot reach a revision by an update of its
+// images: its owner must restart it.
+var ErrNotInPlace = errors.New("not upgradable in place")
+
+// Upgrade returns the pod as an update in place would leave it at one of
+// the revisions the Sidecar serves: the images of the containers the
+// Sidecar injected set to that revision's, and its record replaced by one
+// for that revision, signed. It is possible only when that record verifies
+// on the updated pod, that is when the revisions differ, for this pod, in
+// those images alone; otherwise the error wraps ErrNotInPlace and says what
+// differs.
+func (e *Engine) Upgrade(pod *corev1.Pod, sidecar, revision string, ring *signing.Ring) (*corev1.Pod, error) {
+	c := e.byName[sidecar]
+	if c == nil {
+		return nil, fmt.Errorf("sidecar %q does not exist", sidecar)
+	}
+	target := c.at(revision)
+	if target == nil {
+		return nil, fmt.Errorf("sidecar %q does not serve revision %s: it serves %s", sidecar, revision, c.servedText())
+	}
+	status, err := ParseStatus(pod.Annotations[v1alpha1.AnnotationStatus])
+	if err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", v1alpha1.AnnotationStatus, err)
+	}
+	at := -1
+	for i := range status.Sidecars {
+		if status.Sidecars[i].Name == sidecar {
+			at = i
+		}
+	}
+	if at < 0 {
+		return nil, fmt.Errorf("%w: the pod does not carry sidecar %q", ErrNotInPlace, sidecar)
+	}
+	if old := status.Sidecars[at].Containers; !slices.Equal(old, target.containerNames) {
+		return nil, fmt.Errorf("%w: revision %s injects containers %v, the pod has %v", ErrNotInPlace, revision, target.containerNames, old)
+	}
+
+	view := viewOfPod(pod)
+	p := &plan{pod: view, namespace: pod.Namespace}
+	sel := selection{sc: target, render: renderData{index: target.paramIndex, pod: view, ns: pod.Namespace, budget: &p.budget}}
+	var missing []string
+	if sel.render.params, missing = resolveParameters(target.params, pod.Annotations); len(missing) > 0 {
+		return nil, fmt.Errorf("%w: revision %s requires pod annotations that are missing: %s", ErrNotInPlace, revision, quoteList(missing))
+	}
+	p.budget.refill()
+	r, err := sel.rendered()
+	if err != nil {
+		return nil, err
+	}
+	volumeDigest, err := sel.volumeDigest(r, podVolume(pod))
+	if err != nil {
+		return nil, err
+	}
+	out := pod.DeepCopy()
+	for i, name := range target.containerNames {
+		signing.Container(out, name).Image = r.Images[i]
+	}
+	rec := v1alpha1.InjectionRecord{Name: sidecar, Revision: target.revision, Containers: target.containerNames,
+		Owned: r.Owned, Digest: r.Digest, VolumeDigest: volumeDigest}
+	ring.Sign(pod.Namespace, pod.Spec.ServiceAccountName, target.uid, &rec)
+	status.Sidecars[at] = rec
+	out.Annotations[v1alpha1.AnnotationStatus] = string(appendStatus(nil, status.Sidecars))
+	if err := ring.Verify(out, target.uid, target.exact, &rec); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotInPlace, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,172 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/rollout"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+)
+
+// TestUpgradeInPlace: with RollingUpdate, an image-only change of a Sidecar
+// reaches running pods by an update of their images and records, as the
+// operator, for regular and native sidecars alike: each pod keeps its UID
+// and its record verifies. An env change is not made in place, and an
+// Event says why. A tenant who may update pods cannot take the in-place
+// path: neither an image change nor an upgraded record copied from another
+// pod is admitted.
+func TestUpgradeInPlace(t *testing.T) {
+	ctx := context.Background()
+	ns, tenantClient := tenant(t, nil)
+	pods := make([]*corev1.Pod, 0, 4)
+	sidecars := make([]*v1alpha1.Sidecar, 0, 2)
+	for _, native := range []bool{false, true} {
+		name := "ip-regular"
+		if native {
+			name = "ip-native"
+		}
+		sc := loggerSidecar(name, map[string]string{name: "on"})
+		sc.Spec.NativeSidecar = native
+		sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate, MaxUnavailable: new(intstr.FromString("100%"))}
+		applySidecar(t, sc)
+		sidecars = append(sidecars, sc)
+		for i := range 2 {
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i), Namespace: ns, Labels: map[string]string{name: "on"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+			}
+			if err := tenantClient.Create(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			pods = append(pods, p)
+		}
+	}
+	uids := map[string]string{}
+	for _, p := range pods {
+		uids[p.Name] = string(p.UID)
+	}
+	imageOf := func(p *corev1.Pod, name string) string {
+		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+			if c.Name == name {
+				return c.Image
+			}
+		}
+		return ""
+	}
+
+	for _, sc := range sidecars {
+		updateSidecar(t, sc, func(s *v1alpha1.Sidecar) { s.Spec.Containers[0].Image = "example/" + s.Name + ":2" })
+	}
+	eventually(t, 30*time.Second, func() error {
+		for _, p := range pods {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return err
+			}
+			sidecar := p.Name[:strings.LastIndex(p.Name, "-")]
+			recs := inject.InjectedSidecars(p.Annotations)
+			if image := imageOf(p, sidecar); image != "example/"+sidecar+":2" || len(recs) != 1 {
+				return fmt.Errorf("pod %s runs %s of %s, records %+v", p.Name, image, sidecar, recs)
+			}
+			if string(p.UID) != uids[p.Name] {
+				return fmt.Errorf("pod %s was replaced", p.Name)
+			}
+		}
+		return nil
+	})
+	for _, sc := range sidecars {
+		want := inject.Revision(&sc.Spec)
+		sidecarStatus(t, sc.Name, func(s v1alpha1.SidecarStatus) error {
+			if s.InjectedPods != 2 || s.OutdatedPods != 0 || s.UnverifiedPods != 0 || s.CurrentRevision != want {
+				return fmt.Errorf("%s: injected %d outdated %d unverified %d current %s; want 2 at %s, all verified",
+					sc.Name, s.InjectedPods, s.OutdatedPods, s.UnverifiedPods, s.CurrentRevision, want)
+			}
+			return nil
+		})
+	}
+
+	// The tenant may update pods, but not their sidecars' images...
+	victim, donor := pods[0], pods[1]
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(victim), victim); err != nil {
+		t.Fatal(err)
+	}
+	changed := victim.DeepCopy()
+	for i := range changed.Spec.Containers {
+		if changed.Spec.Containers[i].Name == "ip-regular" {
+			changed.Spec.Containers[i].Image = attackerImage
+		}
+	}
+	if err := tenantClient.Update(ctx, changed); err == nil || !strings.Contains(err.Error(), "ip-regular") {
+		t.Fatalf("the tenant changed an injected container's image: %v", err)
+	}
+	// ...nor take a record the operator signed for another pod: a pod
+	// pinned to the current revision stays there while the others move on.
+	regular := sidecars[0]
+	pinned := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "ip-pinned", Namespace: ns, Labels: map[string]string{regular.Name: "on"},
+			Annotations: map[string]string{v1alpha1.AnnotationRevisionPrefix + regular.Name: inject.Revision(&regular.Spec)}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := tenantClient.Create(ctx, pinned); err != nil {
+		t.Fatal(err)
+	}
+	updateSidecar(t, regular, func(s *v1alpha1.Sidecar) { s.Spec.Containers[0].Image = "example/ip-regular:3" })
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(donor), donor); err != nil {
+			return err
+		}
+		if imageOf(donor, "ip-regular") != "example/ip-regular:3" {
+			return fmt.Errorf("%s not upgraded yet", donor.Name)
+		}
+		return nil
+	})
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(pinned), pinned); err != nil || imageOf(pinned, "ip-regular") != "example/ip-regular:2" {
+		t.Fatalf("the pinned pod: %v, runs %s", err, imageOf(pinned, "ip-regular"))
+	}
+	copied := pinned.DeepCopy()
+	copied.Annotations[v1alpha1.AnnotationStatus] = donor.Annotations[v1alpha1.AnnotationStatus]
+	delete(copied.Annotations, v1alpha1.AnnotationRevisionPrefix+regular.Name)
+	for i := range copied.Spec.Containers {
+		if copied.Spec.Containers[i].Name == "ip-regular" {
+			copied.Spec.Containers[i].Image = "example/ip-regular:3"
+		}
+	}
+	if err := tenantClient.Update(ctx, copied); err == nil || !strings.Contains(err.Error(), v1alpha1.AnnotationStatus) {
+		t.Fatalf("the tenant moved a pod in place with another pod's upgraded record: %v", err)
+	}
+
+	// An env change cannot be made in place: the operator says so, and leaves the pod.
+	native := sidecars[1]
+	updateSidecar(t, native, func(s *v1alpha1.Sidecar) {
+		s.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "MODE", Value: "fast"}}
+	})
+	eventually(t, 30*time.Second, func() error {
+		var list eventsv1.EventList
+		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil { // the pod's Event
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Reason == rollout.ReasonNotUpgradableInPlace && e.Related != nil && strings.HasPrefix(e.Related.Name, "ip-native-") &&
+				strings.Contains(e.Note, "env") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s Event naming env among %d", rollout.ReasonNotUpgradableInPlace, len(list.Items))
+	})
+	p := pods[2]
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+		t.Fatal(err)
+	}
+	if imageOf(p, "ip-native") != "example/ip-native:2" || string(p.UID) != uids[p.Name] {
+		t.Errorf("pod %s after an env change: %s, uid %s", p.Name, imageOf(p, "ip-native"), p.UID)
+	}
+}
