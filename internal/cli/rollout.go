@@ -37,6 +37,10 @@ type rolloutOptions struct {
 	dryRun        bool
 	timeout       time.Duration
 	waitFor       string
+	// undo sets the Sidecar's spec back to its previous revision, kept in
+	// operatorNamespace, instead of restarting anything.
+	undo              bool
+	operatorNamespace string
 }
 
 func newRolloutCommand() *cobra.Command {
@@ -72,6 +76,9 @@ Pods without such a controller (bare pods, Jobs) are listed, not touched.`,
 			if err != nil {
 				return err
 			}
+			if o.undo {
+				return o.runUndo(cmd.Context(), c, cmd.OutOrStdout())
+			}
 			// Ctrl-C stops the rollout: nothing more is restarted.
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -86,6 +93,8 @@ Pods without such a controller (bare pods, Jobs) are listed, not touched.`,
 	f.BoolVar(&o.dryRun, "dry-run", false, "list what would be restarted, and change nothing")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long each workload may take")
 	f.StringVar(&o.waitFor, "wait", "available", "wait until the new pods are created (updated) or also available (available)")
+	f.BoolVar(&o.undo, "undo", false, "set the Sidecar's spec back to its previous revision; with RollingUpdate the operator brings pods there, in place where only images differ")
+	f.StringVar(&o.operatorNamespace, "operator-namespace", "sidecar-operator-system", "where the operator keeps the Sidecars' revisions (--undo)")
 	return cmd
 }
 

@@ -170,3 +170,44 @@ func TestUpgradeInPlace(t *testing.T) {
 		t.Errorf("pod %s after an env change: %s, uid %s", p.Name, imageOf(p, "ip-native"), p.UID)
 	}
 }
+
+// TestRolloutUndo: rollout --undo sets a Sidecar back to its previous
+// revision, and the operator returns the pods it upgraded in place there,
+// in place.
+func TestRolloutUndo(t *testing.T) {
+	ctx := context.Background()
+	ns := createNamespace(t, nil)
+	sc := loggerSidecar("ip-undo", map[string]string{"ip-undo": "on"})
+	sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate, MaxUnavailable: new(intstr.FromString("100%"))}
+	applySidecar(t, sc)
+	v1 := inject.Revision(&sc.Spec)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "undone", Namespace: ns, Labels: map[string]string{"ip-undo": "on"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	uid := pod.UID
+	carries := func(image, revision string) func() error {
+		return func() error {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+				return err
+			}
+			recs := inject.InjectedSidecars(pod.Annotations)
+			if pod.UID != uid || pod.Spec.Containers[1].Image != image || len(recs) != 1 || recs[0].Revision != revision {
+				return fmt.Errorf("pod %s (uid %s) runs %s, records %+v; want %s at %s", pod.Name, pod.UID, pod.Spec.Containers[1].Image, recs, image, revision)
+			}
+			return nil
+		}
+	}
+	updateSidecar(t, sc, func(s *v1alpha1.Sidecar) { s.Spec.Containers[0].Image = "example/ip-undo:2" })
+	v2 := inject.Revision(&sc.Spec)
+	eventually(t, 30*time.Second, carries("example/ip-undo:2", v2))
+
+	out, err := runCLI(t, "rollout", "--sidecar", sc.Name, "--undo", "--operator-namespace", operatorNamespace)
+	if err != nil || !strings.Contains(out, "set back from revision "+v2+" to "+v1) {
+		t.Fatalf("rollout --undo: %v\n%s", err, out)
+	}
+	eventually(t, 30*time.Second, carries("example/ip-undo:1", v1))
+}

@@ -37,10 +37,14 @@ const registry = "sidecar-operator.test"
 var images = []struct {
 	name    string
 	aliases []string
+	// versions are built again each, with main.version set, as
+	// <name>-<version>.tar tagged <name>:<version>: an upgrade between
+	// them shows in the container's first line.
+	versions []string
 }{
 	{name: "pause"},
 	{name: "app", aliases: []string{"registry.example.com/shop/orders:2.3.1"}},
-	{name: "logshipper", aliases: []string{"fluent/fluentd:v1.17-1"}},
+	{name: "logshipper", aliases: []string{"fluent/fluentd:v1.17-1"}, versions: []string{"v1", "v2"}},
 	{name: "xxl-agent", aliases: []string{"registry.example.com/xxl-job/xxl-agent:1.4.0"}},
 }
 
@@ -64,19 +68,31 @@ func buildAll(out string) error {
 	defer func() { _ = os.RemoveAll(work) }()
 	for _, img := range images {
 		bin := filepath.Join(work, img.name)
-		if err := compile(img.name, bin); err != nil {
+		if err := compile(img.name, bin, ""); err != nil {
 			return err
 		}
 		tags := append([]string{registry + "/" + img.name + ":dev"}, img.aliases...)
 		if err := write(bin, filepath.Join(out, img.name+".tar"), tags); err != nil {
 			return fmt.Errorf("%s: %w", img.name, err)
 		}
+		for _, v := range img.versions {
+			if err := compile(img.name, bin, v); err != nil {
+				return err
+			}
+			if err := write(bin, filepath.Join(out, img.name+"-"+v+".tar"), []string{registry + "/" + img.name + ":" + v}); err != nil {
+				return fmt.Errorf("%s:%s: %w", img.name, v, err)
+			}
+		}
 	}
 	return nil
 }
 
-func compile(pkg, bin string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkgPrefix+pkg)
+func compile(pkg, bin, version string) error {
+	ldflags := "-s -w"
+	if version != "" {
+		ldflags += " -X main.version=" + version
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags="+ldflags, "-o", bin, pkgPrefix+pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	return cmd.Run()

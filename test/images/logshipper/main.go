@@ -24,6 +24,10 @@ import (
 	"time"
 )
 
+// version is set by the image build for the tags an upgrade test moves
+// between (logshipper:v1, :v2); each says its own first.
+var version string
+
 func main() {
 	dir := flag.String("dir", "/var/log", "the directory whose *.log files to follow")
 	poll := flag.Duration("poll", 200*time.Millisecond, "how often to look for new lines")
@@ -41,6 +45,9 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if version != "" {
+		fmt.Fprintf(os.Stderr, "logshipper %s\n", version)
+	}
 	s.notice("following %s/*.log every %s", *dir, *poll)
 	ticker := time.NewTicker(*poll)
 	defer ticker.Stop()
