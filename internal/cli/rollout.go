@@ -93,7 +93,8 @@ Pods without such a controller (bare pods, Jobs) are listed, not touched.`,
 	f.BoolVar(&o.dryRun, "dry-run", false, "list what would be restarted, and change nothing")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long each workload may take")
 	f.StringVar(&o.waitFor, "wait", "available", "wait until the new pods are created (updated) or also available (available)")
-	f.BoolVar(&o.undo, "undo", false, "set the Sidecar's spec back to its previous revision (RollingUpdate then moves pods there, in place when only images differ)")
+	f.BoolVar(&o.undo, "undo", false,
+		"set the Sidecar's spec back to its previous revision (RollingUpdate then moves pods there, in place when only images differ)")
 	f.StringVar(&o.operatorNamespace, "operator-namespace", "sidecar-operator-system", "where the operator keeps the Sidecars' revisions (--undo)")
 	return cmd
 }
