@@ -274,8 +274,10 @@ type SidecarStatus struct {
 	// Namespaces counts the namespaces with at least one injected pod.
 	// +optional
 	Namespaces int32 `json:"namespaces"`
-	// Conditions: Ready (the Sidecar compiles and is served) and RBACReady
-	// (its RBAC objects are in place).
+	// Conditions: Ready (the Sidecar compiles and is served), RBACReady
+	// (its RBAC objects are in place) and, for a RollingUpdate,
+	// RolloutProgressing (False when paused, or halted by a pod past the
+	// progress deadline).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -292,6 +294,9 @@ type RevisionPods struct {
 const (
 	ConditionReady     = "Ready"
 	ConditionRBACReady = "RBACReady"
+	// ConditionRolloutProgressing is False while a RollingUpdate is halted:
+	// a pod it upgraded did not become ready within progressDeadlineSeconds.
+	ConditionRolloutProgressing = "RolloutProgressing"
 )
 
 // Activation opts a pod in when an annotation of its parses as true.

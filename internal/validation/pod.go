@@ -38,7 +38,7 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring, upgrad
 		return field.ErrorList{field.Invalid(statusPath, abbreviate(pod.Annotations[v1alpha1.AnnotationStatus]), err.Error())}, nil
 	}
 	if old != nil {
-		if upgrader && ring != nil && pod.Annotations[v1alpha1.AnnotationStatus] != old.Annotations[v1alpha1.AnnotationStatus] {
+		if upgrader && ring != nil && movesInPlace(records, old) {
 			return inPlace(pod, old, records, engine, ring), nil
 		}
 		return podUpdate(pod, old, engine), nil
@@ -184,6 +184,24 @@ func shortened(s string, most int) string {
 	return strings.ToValidUTF8(s[:most], "") + "…"
 }
 
+// movesInPlace reports whether records keep the stored pod's Sidecars, in
+// order, and move one to another revision: what an upgrade in place
+// writes. Any other change of the record is judged as anyone's.
+func movesInPlace(records []v1alpha1.InjectionRecord, old *corev1.Pod) bool {
+	stored, err := parseRecords(old)
+	if err != nil || len(stored) != len(records) {
+		return false
+	}
+	moved := false
+	for i := range records {
+		if records[i].Name != stored[i].Name {
+			return false
+		}
+		moved = moved || records[i].Revision != stored[i].Revision
+	}
+	return moved
+}
+
 // inPlace judges an update by the operator's controllers that moves
 // records to another revision in place (inject.Engine.Upgrade): the records
 // keep their Sidecars and order; each that changed is at a revision its
@@ -210,6 +228,9 @@ func inPlace(pod, old *corev1.Pod, records []v1alpha1.InjectionRecord, engine *i
 		case r.Name != was.Name || !slices.Equal(r.Containers, was.Containers):
 			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf(
 				"the record of sidecar %q may change revision in place, not its Sidecar or containers", was.Name)))
+		case engine.Verify(ring, old, was) != nil:
+			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf(
+				"the record of sidecar %q does not verify on the stored pod: an upgrade in place does not sign it anew", was.Name)))
 		case !engine.Serves(r.Name, r.Revision):
 			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("the record of sidecar %q moves to revision %s, which the Sidecar does not serve (%s)",
 				r.Name, abbreviate(r.Revision), engine.ServedText(r.Name))))

@@ -66,6 +66,11 @@ func GrantPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, *adm
 					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: write[:2], Rule: admissionv1.Rule{
 						APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"leases"}, Scope: ptr.To(admissionv1.NamespacedScope),
 					}}},
+					// Upgrades in place: RBAC lets it update any pod.
+					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Update}, Rule: admissionv1.Rule{
+						APIGroups: []string{""}, APIVersions: []string{"*"},
+						Resources: []string{podsResource, "pods/status", "pods/ephemeralcontainers"}, Scope: ptr.To(admissionv1.NamespacedScope),
+					}}},
 					// RBAC lets it update its two configurations by name; the
 					// policy holds it to its caBundles, its scope and its CA record.
 					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Update}, Rule: admissionv1.Rule{
@@ -139,6 +144,24 @@ func grantVariables(namespace string) []admissionv1.Variable {
 			"oldObject.metadata.?annotations.orValue({}).all(k, k == '%[1]s' || object.metadata.?annotations.orValue({})[?k] == oldObject.metadata.annotations[?k]) && "+
 			"object.metadata.?annotations.orValue({}).all(k, k == '%[1]s' || k in oldObject.metadata.?annotations.orValue({})) && "+
 			"object.metadata.?labels == oldObject.metadata.?labels", v1alpha1.AnnotationCAFingerprints)},
+		// An upgrade in place (validation.Pod judges the rest): of a pod
+		// that carries a record, where pods are validated, changing nothing
+		// but the record and the images of containers the record names
+		// (quoted in it: names are DNS labels).
+		{Name: "pod", Expression: "request.resource.group == '' && request.resource.resource == '" + podsResource + "'"},
+		{Name: "record", Expression: fmt.Sprintf("oldObject.metadata.?annotations[?'%s'].orValue('')", v1alpha1.AnnotationStatus)},
+		{Name: "podMoved", Expression: fmt.Sprintf("request.?subResource.orValue('') == '' && variables.record != '' && "+
+			"!(request.namespace in ['%[1]s', '%[2]s']) && namespaceObject.metadata.?labels[?'%[3]s'].orValue('') != 'disabled' && "+
+			"object.metadata.?labels == oldObject.metadata.?labels && object.metadata.?finalizers == oldObject.metadata.?finalizers && "+
+			"object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && "+
+			"oldObject.metadata.annotations.all(k, k == '%[4]s' || object.metadata.?annotations[?k] == oldObject.metadata.annotations[?k]) && "+
+			"object.metadata.?annotations.orValue({}).all(k, k in oldObject.metadata.annotations) && "+
+			"object.spec.?tolerations == oldObject.spec.?tolerations && object.spec.?activeDeadlineSeconds == oldObject.spec.?activeDeadlineSeconds && "+
+			"object.spec.containers.all(c, oldObject.spec.containers.exists(o, o.name == c.name && "+
+			"(o.image == c.image || variables.record.contains('\"' + c.name + '\"')))) && "+
+			"object.spec.?initContainers.orValue([]).all(c, oldObject.spec.?initContainers.orValue([]).exists(o, o.name == c.name && "+
+			"(o.image == c.image || variables.record.contains('\"' + c.name + '\"'))))",
+			metav1.NamespaceSystem, namespace, v1alpha1.LabelValidation, v1alpha1.AnnotationStatus)},
 		{Name: "rbac", Expression: fmt.Sprintf("request.resource.group == '%s'", rbacv1.GroupName)},
 		{Name: "binding", Expression: "variables.rbac && request.resource.resource in ['rolebindings', 'clusterrolebindings']"},
 		// The object written (for a delete, the one deleted), and the one it replaces.
@@ -177,6 +200,13 @@ func grantValidations(namespace string) []admissionv1.Validation {
 			Expression: "variables.webhooksKept && variables.annotationsKept",
 			Message: fmt.Sprintf("the operator neither adds a webhook nor changes where one is sent, what it matches or its failurePolicy, "+
 				"and adds no matchCondition but its own; of the annotations it changes only its record of CAs (%s)", v1alpha1.AnnotationCAFingerprints),
+			Reason: forbidden,
+		},
+		{
+			Expression: "!variables.pod || variables.podMoved",
+			Message: fmt.Sprintf("the operator updates a pod only to move its sidecars in place: a pod with a record (%s), outside %s and %s, "+
+				"where pods are validated, changing nothing but the record and the images of the containers it names",
+				v1alpha1.AnnotationStatus, metav1.NamespaceSystem, namespace),
 			Reason: forbidden,
 		},
 		{

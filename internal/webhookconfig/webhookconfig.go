@@ -88,6 +88,9 @@ func errNotInstalled(kind, name string) error {
 // reinvocation, validating), waits 6 s at most for it instead of 30.
 const PodTimeoutSeconds int32 = 2
 
+// podsResource is the resource the webhooks and the grant policy match pods by.
+const podsResource = "pods"
+
 // Mutating is the desired configuration for pod injection, sent the pods of
 // the namespaces in scope but the excluded ones.
 func Mutating(
@@ -122,7 +125,7 @@ func Mutating(
 			Rules: []admissionv1.RuleWithOperations{{
 				Operations: []admissionv1.OperationType{admissionv1.Create},
 				Rule: admissionv1.Rule{
-					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{podsResource},
 					Scope: ptr.To(admissionv1.NamespacedScope),
 				},
 			}},
@@ -192,7 +195,7 @@ func Validating(
 		Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 		Rule: admissionv1.Rule{
 			APIGroups: []string{""}, APIVersions: []string{"v1"},
-			Resources: []string{"pods", "pods/status", "pods/ephemeralcontainers"}, Scope: ptr.To(admissionv1.NamespacedScope),
+			Resources: []string{podsResource, "pods/status", "pods/ephemeralcontainers"}, Scope: ptr.To(admissionv1.NamespacedScope),
 		},
 	}}
 	pods.MatchConditions = []admissionv1.MatchCondition{{

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -210,4 +211,63 @@ func TestRolloutUndo(t *testing.T) {
 		t.Fatalf("rollout --undo: %v\n%s", err, out)
 	}
 	eventually(t, 30*time.Second, carries("example/ip-undo:1", v1))
+}
+
+// TestRolloutHaltsPastTheProgressDeadline: a pod upgraded in place whose
+// sidecar is not ready within progressDeadlineSeconds (here no kubelet runs
+// it) halts the rollout: the condition and an Event name the pod, and no
+// other pod is moved; paused, the condition says so.
+func TestRolloutHaltsPastTheProgressDeadline(t *testing.T) {
+	ctx := context.Background()
+	ns := createNamespace(t, nil)
+	sc := loggerSidecar("ip-halt", map[string]string{"ip-halt": "on"})
+	sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate, ProgressDeadlineSeconds: new(int32(1))}
+	applySidecar(t, sc)
+	for i := range 2 {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("halt-%d", i), Namespace: ns, Labels: map[string]string{"ip-halt": "on"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		}
+		if err := k8s.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	updateSidecar(t, sc, func(s *v1alpha1.Sidecar) { s.Spec.Containers[0].Image = "example/ip-halt:2" })
+	var moved string
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sc), sc); err != nil {
+			return err
+		}
+		c := apimeta.FindStatusCondition(sc.Status.Conditions, v1alpha1.ConditionRolloutProgressing)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != rollout.ReasonProgressDeadlineExceeded {
+			return fmt.Errorf("condition %+v", c)
+		}
+		for _, name := range []string{"halt-0", "halt-1"} {
+			if strings.Contains(c.Message, ns+"/"+name) {
+				moved = name
+			}
+		}
+		if moved == "" {
+			return fmt.Errorf("the condition names no pod: %s", c.Message)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second) // passes the rollout makes while halted
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		image := p.Spec.Containers[1].Image
+		if (p.Name == moved) != (image == "example/ip-halt:2") {
+			t.Errorf("pod %s runs %s; only %s should have moved before the halt", p.Name, image, moved)
+		}
+	}
+	updateSidecar(t, sc, func(s *v1alpha1.Sidecar) { s.Spec.UpdateStrategy.Paused = true })
+	sidecarStatus(t, sc.Name, func(s v1alpha1.SidecarStatus) error {
+		if c := apimeta.FindStatusCondition(s.Conditions, v1alpha1.ConditionRolloutProgressing); c == nil || c.Reason != "Paused" {
+			return fmt.Errorf("condition %+v, want Paused", c)
+		}
+		return nil
+	})
 }

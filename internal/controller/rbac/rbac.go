@@ -6,7 +6,6 @@ package rbac
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -18,15 +17,14 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/sidecarstatus"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
 	"github.com/sidecar-operator/sidecar-operator/internal/grants"
@@ -153,23 +151,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // controller's own field manager, so that the status controller's writes
 // neither undo it nor wait for it; unchanged, it is not written.
 func (r *Reconciler) setCondition(ctx context.Context, sc *v1alpha1.Sidecar, status metav1.ConditionStatus, reason, message string) error {
-	conditions := slices.Clone(sc.Status.Conditions)
-	changed := apimeta.SetStatusCondition(&conditions, metav1.Condition{
+	return sidecarstatus.ApplyCondition(ctx, r.Client, sc, metav1.Condition{
 		Type: v1alpha1.ConditionRBACReady, Status: status, Reason: reason, Message: message, ObservedGeneration: sc.Generation,
-	})
-	if !changed {
-		return nil
-	}
-	patch, err := json.Marshal(map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Sidecar",
-		"metadata": map[string]any{"name": sc.Name},
-		"status":   map[string]any{"conditions": []metav1.Condition{*apimeta.FindStatusCondition(conditions, v1alpha1.ConditionRBACReady)}},
-	})
-	if err != nil {
-		return err
-	}
-	err = r.Client.Status().Patch(ctx, sc, client.RawPatch(types.ApplyPatchType, patch), client.FieldOwner(FieldManager), client.ForceOwnership)
-	return client.IgnoreNotFound(err)
+	}, FieldManager)
 }
 
 // conflictRecheck is how often a NameConflict is looked at again.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/sidecarstatus"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/grants"
@@ -46,6 +49,14 @@ import (
 const (
 	ActionInPlace    = "InPlace"
 	ActionNotInPlace = "NotInPlace"
+	// ActionHalted counts pods past the progress deadline, each once.
+	ActionHalted = "Halted"
+	// ReasonProgressDeadlineExceeded is the Event's and the condition's.
+	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	// FieldManager owns the RolloutProgressing condition.
+	FieldManager = "sidecar-operator-rollout"
+	// DefaultProgressDeadline is updateStrategy.progressDeadlineSeconds' default.
+	DefaultProgressDeadline = 300 * time.Second
 	// ReasonUpgradedInPlace and ReasonNotUpgradableInPlace are the Events'.
 	ReasonUpgradedInPlace      = "UpgradedInPlace"
 	ReasonNotUpgradableInPlace = "NotUpgradableInPlace"
@@ -53,7 +64,7 @@ const (
 
 var actions = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "sidecar_operator_rollout_actions_total",
-	Help: "What the rollout did to running pods, by Sidecar, action (InPlace, NotInPlace) and result (ok, error).",
+	Help: "What the rollout did to running pods, by Sidecar, action (InPlace, NotInPlace, Halted) and result (ok, error).",
 }, []string{"sidecar", "action", "result"})
 
 func init() { metrics.Registry.MustRegister(actions) }
@@ -75,15 +86,19 @@ type Reconciler struct {
 	Events events.EventRecorder
 	Log    logr.Logger
 
-	// told are the pods told they cannot move in place, by pod UID,
-	// Sidecar and target revision.
-	told     map[string]bool
-	lastPass time.Time
+	// told are the pods told they cannot move in place, or are past the
+	// progress deadline, by pod UID, Sidecar and target revision.
+	told map[string]bool
+	// upgradedAt is when this leader upgraded each pod still becoming
+	// ready: only those count against maxUnavailable, so that a pod someone
+	// keeps unready at the new revision cannot stall the rollout.
+	upgradedAt map[string]time.Time
+	lastPass   time.Time
 }
 
 // SetupWithManager runs on the leader, one pass at a time.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.told = map[string]bool{}
+	r.told, r.upgradedAt = map[string]bool{}, map[string]time.Time{}
 	all := watch.Constant(fleetKey)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("rollout").
@@ -135,53 +150,38 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if !ok {
 		return grants.NotLoaded, nil
 	}
-	var list v1alpha1.SidecarList
-	if err := r.Client.List(ctx, &list); err != nil {
+	rolling, lagging, err := r.rolling(ctx, view)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	rolling := map[string]*v1alpha1.Sidecar{}
-	for i := range list.Items {
-		sc := &list.Items[i]
-		if sc.Spec.Rolling() && !sc.Spec.UpdateStrategy.Paused && sc.DeletionTimestamp.IsZero() && !view.Lags(sc) {
-			rolling[sc.Name] = sc
-		}
+	if lagging {
+		// A Sidecar the engine has not compiled yet is judged once it has.
+		defer func() { r.lastPass = time.Time{} }()
 	}
 	if len(rolling) == 0 {
+		if lagging {
+			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		}
 		return ctrl.Result{}, nil
 	}
-	carried, inFlight := map[string]int{}, map[string]int{}
-	todo := map[string][]moving{}
-	for pod := range r.Pods {
-		if fleet.Finished(pod) || !pod.DeletionTimestamp.IsZero() {
-			continue
-		}
-		for _, rec := range inject.InjectedSidecars(pod.Annotations) {
-			if rolling[rec.Name] == nil {
-				continue
-			}
-			carried[rec.Name]++
-			target, err := view.Engine.Target(pod, rec.Name)
-			switch {
-			case err != nil:
-				continue // a pin the Sidecar no longer serves: the pod stays as it is
-			case rec.Revision == target:
-				if !ready(pod, rec.Containers) {
-					inFlight[rec.Name]++
-				}
-			default:
-				todo[rec.Name] = append(todo[rec.Name], moving{pod: pod, sidecar: rec.Name, from: rec.Revision, target: target})
-			}
+	p := r.survey(view, rolling)
+	for name, sc := range rolling {
+		if err := r.progress(ctx, sc, p.stuck[name]); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	more := false
-	for name, pods := range todo {
+	for name, pods := range p.todo {
 		sc := rolling[name]
-		budget, err := workload.Scaled(sc.Spec.UpdateStrategy.MaxUnavailable, carried[name], true, 1)
+		if len(p.stuck[name]) > 0 {
+			continue // halted until the stuck pods are ready, gone, or moved on by a new spec
+		}
+		budget, err := workload.Scaled(sc.Spec.UpdateStrategy.MaxUnavailable, p.carried[name], true, 1)
 		if err != nil {
 			r.Log.Error(err, "spec.updateStrategy.maxUnavailable", "sidecar", name)
 			continue
 		}
-		budget -= inFlight[name]
+		budget -= p.inFlight[name]
 		for _, m := range pods {
 			if budget <= 0 {
 				more = true
@@ -192,10 +192,163 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			}
 		}
 	}
-	if more {
-		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil // pod readiness events bring it sooner
+	next := p.next
+	if more && (next == 0 || next > 5*time.Second) {
+		next = 5 * time.Second // pod readiness events bring it sooner
 	}
-	return ctrl.Result{}, nil
+	if lagging && (next == 0 || next > 200*time.Millisecond) {
+		next = 200 * time.Millisecond
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// rolling returns the Sidecars whose rollout acts now, by name, and says
+// of the paused ones that they are; lagging reports a Sidecar the engine
+// has not caught up with.
+func (r *Reconciler) rolling(ctx context.Context, view *grants.View) (rolling map[string]*v1alpha1.Sidecar, lagging bool, err error) {
+	var list v1alpha1.SidecarList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, false, err
+	}
+	rolling = map[string]*v1alpha1.Sidecar{}
+	for i := range list.Items {
+		sc := &list.Items[i]
+		switch {
+		case !sc.Spec.Rolling() || !sc.DeletionTimestamp.IsZero():
+		case view.Lags(sc):
+			lagging = true
+		case sc.Spec.UpdateStrategy.Paused:
+			err := sidecarstatus.ApplyCondition(ctx, r.Client, sc, metav1.Condition{Type: v1alpha1.ConditionRolloutProgressing,
+				Status: metav1.ConditionFalse, Reason: "Paused", Message: "spec.updateStrategy.paused: running pods are left as they are",
+				ObservedGeneration: sc.Generation}, FieldManager)
+			if err != nil {
+				return nil, false, err
+			}
+		default:
+			rolling[sc.Name] = sc
+		}
+	}
+	return rolling, lagging, nil
+}
+
+// pass is where each rolling Sidecar's pods stand.
+type pass struct {
+	carried, inFlight map[string]int
+	stuck             map[string][]moving // in flight past the progress deadline
+	todo              map[string][]moving
+	next              time.Duration // until the first deadline of a pod in flight
+}
+
+// survey judges every pod that carries a rolling Sidecar with a record
+// that verifies, and forgets the moves and tellings of pods gone or done.
+func (r *Reconciler) survey(view *grants.View, rolling map[string]*v1alpha1.Sidecar) *pass {
+	p := &pass{carried: map[string]int{}, inFlight: map[string]int{}, stuck: map[string][]moving{}, todo: map[string][]moving{}}
+	seen := map[string]bool{}
+	for pod := range r.Pods {
+		if fleet.Finished(pod) || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, rec := range inject.InjectedSidecars(pod.Annotations) {
+			if rolling[rec.Name] == nil || view.Verify(pod, &rec) != nil {
+				continue // an unverified record is never signed anew
+			}
+			p.carried[rec.Name]++
+			target, err := view.Engine.Target(pod, rec.Name)
+			if err != nil {
+				continue // a pin the Sidecar no longer serves: the pod stays as it is
+			}
+			key := movedKey(pod, rec.Name, target)
+			switch at, moved := r.upgradedAt[key]; {
+			case rec.Revision == target && (!moved || ready(pod, rec.Containers)):
+			case rec.Revision == target:
+				p.inFlight[rec.Name]++
+				seen[key] = true
+				left := time.Until(at.Add(progressDeadline(rolling[rec.Name])))
+				if left <= 0 {
+					p.stuck[rec.Name] = append(p.stuck[rec.Name], moving{pod: pod, sidecar: rec.Name, target: target})
+				} else if p.next == 0 || left < p.next {
+					p.next = left
+				}
+			case r.told[key]:
+				seen[key] = true // not movable in place: told once, not read again
+			default:
+				p.todo[rec.Name] = append(p.todo[rec.Name], moving{pod: pod, sidecar: rec.Name, from: rec.Revision, target: target})
+			}
+		}
+	}
+	for key := range r.upgradedAt {
+		if !seen[key] {
+			delete(r.upgradedAt, key) // ready, or gone
+		}
+	}
+	for key := range r.told {
+		if !seen[strings.TrimPrefix(key, "stuck/")] {
+			delete(r.told, key) // moved on, or gone
+		}
+	}
+	return p
+}
+
+// movedKey names a pod's move to a Sidecar's revision.
+func movedKey(pod *corev1.Pod, sidecar, target string) string {
+	return string(pod.UID) + "/" + sidecar + "/" + target
+}
+
+func progressDeadline(sc *v1alpha1.Sidecar) time.Duration {
+	if s := sc.Spec.UpdateStrategy.ProgressDeadlineSeconds; s != nil {
+		return time.Duration(*s) * time.Second
+	}
+	return DefaultProgressDeadline
+}
+
+// progress says, in the RolloutProgressing condition, whether the rollout
+// is halted by pods whose upgraded sidecar did not become ready in time,
+// naming each and why it waits, with an Event per pod.
+func (r *Reconciler) progress(ctx context.Context, sc *v1alpha1.Sidecar, stuck []moving) error {
+	cond := metav1.Condition{Type: v1alpha1.ConditionRolloutProgressing, Status: metav1.ConditionTrue, Reason: "Progressing",
+		Message: "no upgraded pod is past the progress deadline", ObservedGeneration: sc.Generation}
+	if len(stuck) > 0 {
+		why := make([]string, 0, len(stuck))
+		for _, m := range stuck {
+			w := fmt.Sprintf("pod %s/%s: %s", m.pod.Namespace, m.pod.Name, waiting(m.pod, m.sidecar))
+			why = append(why, w)
+			key := "stuck/" + movedKey(m.pod, m.sidecar, m.target)
+			if !r.told[key] {
+				r.told[key] = true
+				actions.WithLabelValues(m.sidecar, ActionHalted, "ok").Inc()
+				r.tell(sc, m.pod, corev1.EventTypeWarning, ReasonProgressDeadlineExceeded, fmt.Sprintf(
+					"the rollout of sidecar %q to revision %s is halted: %s, not ready %s after its upgrade", m.sidecar, m.target, w, progressDeadline(sc)))
+			}
+		}
+		slices.Sort(why)
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonProgressDeadlineExceeded
+		cond.Message = fmt.Sprintf("halted: not ready %s after the upgrade: %s", progressDeadline(sc), strings.Join(why, "; "))
+	} else if apimeta.FindStatusCondition(sc.Status.Conditions, v1alpha1.ConditionRolloutProgressing) == nil {
+		return nil // nothing to say until something goes wrong
+	}
+	return sidecarstatus.ApplyCondition(ctx, r.Client, sc, cond, FieldManager)
+}
+
+// waiting says why the injected containers of a sidecar are not ready, as
+// the kubelet reports it.
+func waiting(pod *corev1.Pod, sidecar string) string {
+	var out []string
+	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
+		if rec.Name != sidecar {
+			continue
+		}
+		for _, name := range rec.Containers {
+			switch st := status(pod, name); {
+			case st == nil:
+				out = append(out, fmt.Sprintf("container %s has no status", name))
+			case st.State.Waiting != nil && st.State.Waiting.Reason != "":
+				out = append(out, fmt.Sprintf("container %s %s", name, st.State.Waiting.Reason))
+			case !st.Ready:
+				out = append(out, fmt.Sprintf("container %s not ready (%d restarts)", name, st.RestartCount))
+			}
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // move upgrades one pod in place, reporting whether it did.
@@ -206,7 +359,7 @@ func (r *Reconciler) move(ctx context.Context, view *grants.View, sc *v1alpha1.S
 	}
 	upgraded, err := view.Upgrade(&live, m.sidecar, m.target)
 	if errors.Is(err, inject.ErrNotInPlace) {
-		key := string(live.UID) + "/" + m.sidecar + "/" + m.target
+		key := movedKey(&live, m.sidecar, m.target)
 		if !r.told[key] {
 			r.told[key] = true
 			actions.WithLabelValues(m.sidecar, ActionNotInPlace, "ok").Inc()
@@ -227,6 +380,7 @@ func (r *Reconciler) move(ctx context.Context, view *grants.View, sc *v1alpha1.S
 		}
 		return false
 	}
+	r.upgradedAt[movedKey(&live, m.sidecar, m.target)] = time.Now()
 	actions.WithLabelValues(m.sidecar, ActionInPlace, "ok").Inc()
 	r.tell(sc, upgraded, corev1.EventTypeNormal, ReasonUpgradedInPlace,
 		fmt.Sprintf("pod %s/%s upgraded in place from revision %s to %s of sidecar %q", live.Namespace, live.Name, m.from, m.target, m.sidecar))
