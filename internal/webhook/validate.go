@@ -24,10 +24,11 @@ const (
 
 // Validator serves the validating webhooks: Sidecars that cannot be injected
 // safely, and pods whose injection record is forged or tampered with. It
-// judges only what the review's object says, never who sent it: anyone who
-// reaches the port can forge a review's userInfo, so what the author holds is
-// judged by the apiserver (webhookconfig.AuthorPolicy), and nothing in an
-// answer depends on a user or on a Secret.
+// judges what the review's object says; of who sent it only whether a pod
+// update is the controllers' upgrade in place (Upgrader). A forged userInfo
+// changes only the answer to its forger, so what the author holds is judged
+// by the apiserver (webhookconfig.AuthorPolicy), and no answer depends on a
+// Secret.
 type Validator struct {
 	Engines EngineSource
 	// Keys verifies records; nil (the standalone webhook, which grants
