@@ -28,6 +28,8 @@ type compiledSidecar struct {
 	// partition is the boundary whose workloads get it.
 	held      *compiledSidecar
 	partition string
+	// pinKey is the pod annotation that pins a revision of it.
+	pinKey string
 	// generation is metadata.generation: it moves with every spec change,
 	// including those the revision leaves out (rbac, allowRequestByName).
 	generation int64
@@ -112,6 +114,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		exact:      sc.Spec.Exact(),
 		generation: sc.Generation,
 		revision:   Revision(spec),
+		pinKey:     v1alpha1.AnnotationRevisionPrefix + sc.Name,
 		byName:     spec.RequestByNameAllowed(),
 		native:     spec.NativeSidecar,
 		onMissing:  spec.OnMissingParameters,

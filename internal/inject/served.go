@@ -47,7 +47,7 @@ func NewServing(sidecars []v1alpha1.Sidecar, held map[string]*Held) (*Engine, er
 // workload, else the newest. A pin to a revision sc does not serve denies
 // the pod.
 func (p *plan) served(sc *compiledSidecar, pod *PodView, namespace string) (*compiledSidecar, bool) {
-	key := v1alpha1.AnnotationRevisionPrefix + sc.name
+	key := sc.pinKey
 	if pin, ok := pod.Metadata.Annotations[key]; ok {
 		if c := sc.at(pin); c != nil {
 			return c, true
@@ -60,7 +60,8 @@ func (p *plan) served(sc *compiledSidecar, pod *PodView, namespace string) (*com
 		return sc, true
 	}
 	m := pod.Metadata
-	w := workload.Of(namespace, m.Name, m.Labels, m.Controller.Kind, m.Controller.Name)
+	owner := m.controller()
+	w := workload.Of(namespace, m.Name, m.Labels, owner.Kind, owner.Name)
 	if workload.Held(workload.Rank(w), sc.partition) {
 		if p.trace != nil {
 			p.trace.note(sc.name, fmt.Sprintf("%s is held by the partition at revision %s", w, sc.held.revision))

@@ -39,9 +39,22 @@ type MetadataView struct {
 	Namespace    string
 	Labels       map[string]string
 	Annotations  map[string]string
-	// Controller is the owner reference with controller true, if any:
-	// a rollout's partition holds the pod's workload by it.
-	Controller ownerView
+	// ownerReferences is their JSON, read only when a rollout's partition
+	// asks for the pod's workload (controller): most reviews never do.
+	ownerReferences []byte
+	// owner is the owner reference with controller true, once known.
+	owner *ownerView
+}
+
+// controller returns the owner reference marked controller, if any.
+func (m *MetadataView) controller() ownerView {
+	if m.owner == nil {
+		var s jsonscan.Scanner
+		s.Reset(m.ownerReferences)
+		o := readController(&s)
+		m.owner = &o
+	}
+	return *m.owner
 }
 
 type ownerView struct {
@@ -121,7 +134,7 @@ func (m *MetadataView) read(s *jsonscan.Scanner) {
 		case "annotations":
 			readMap(s, &m.Annotations)
 		case "ownerReferences":
-			m.Controller = readController(s)
+			m.ownerReferences, m.owner = s.Raw(), nil
 		default:
 			s.Skip()
 		}
@@ -290,8 +303,9 @@ func viewOfPod(pod *corev1.Pod) *PodView {
 	v.Metadata.Namespace = pod.Namespace
 	v.Metadata.Labels = pod.Labels
 	v.Metadata.Annotations = pod.Annotations
+	v.Metadata.owner = &ownerView{}
 	if owner := metav1.GetControllerOf(pod); owner != nil {
-		v.Metadata.Controller = ownerView{Kind: owner.Kind, Name: owner.Name}
+		v.Metadata.owner = &ownerView{Kind: owner.Kind, Name: owner.Name}
 	}
 	v.Spec.ServiceAccountName = pod.Spec.ServiceAccountName
 	v.Spec.Containers = containerViews(pod.Spec.Containers)

@@ -38,8 +38,13 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring, upgrad
 		return field.ErrorList{field.Invalid(statusPath, abbreviate(pod.Annotations[v1alpha1.AnnotationStatus]), err.Error())}, nil
 	}
 	if old != nil {
-		if upgrader && ring != nil && movesInPlace(records, old) {
+		switch {
+		case upgrader && ring != nil && movesInPlace(records, old):
 			return inPlace(pod, old, records, engine, ring), nil
+		case upgrader && imagesChanged(pod, old):
+			// The controllers change images only by moving records.
+			return field.ErrorList{field.Forbidden(field.NewPath("spec", "containers"),
+				"the operator's controllers change a pod's images only to move its records in place")}, nil
 		}
 		return podUpdate(pod, old, engine), nil
 	}
@@ -184,6 +189,18 @@ func shortened(s string, most int) string {
 	return strings.ToValidUTF8(s[:most], "") + "…"
 }
 
+// imagesChanged reports whether an update changes any container's image.
+func imagesChanged(pod, old *corev1.Pod) bool {
+	for _, list := range [][]corev1.Container{old.Spec.InitContainers, old.Spec.Containers} {
+		for _, before := range list {
+			if after := signing.Container(pod, before.Name); after != nil && after.Image != before.Image {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // movesInPlace reports whether records keep the stored pod's Sidecars, in
 // order, and move one to another revision: what an upgrade in place
 // writes. Any other change of the record is judged as anyone's.
@@ -239,8 +256,15 @@ func inPlace(pod, old *corev1.Pod, records []v1alpha1.InjectionRecord, engine *i
 				errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("the record of sidecar %q at revision %s does not verify on the updated pod: %v",
 					r.Name, abbreviate(r.Revision), err)))
 			}
+			// Images from the revision as the engine renders it for this
+			// pod, not from whoever holds the signing key.
+			want, err := engine.Upgrade(old, r.Name, r.Revision, ring)
 			for _, name := range r.Containers {
 				moved[name] = true
+				if err != nil || signing.Container(want, name).Image != signing.Container(pod, name).Image {
+					errs = append(errs, field.Forbidden(containerPath(pod, name).Child("image"), fmt.Sprintf(
+						"revision %s of sidecar %q does not give container %q this image in place", abbreviate(r.Revision), r.Name, name)))
+				}
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package validation
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -173,5 +174,57 @@ func TestPod(t *testing.T) {
 	}
 	if !strings.Contains(record, `"signature":"k1700000000.`) {
 		t.Fatalf("the webhook's record is not signed: %s", record)
+	}
+}
+
+// TestInPlaceMove: the controllers' move in place is admitted as the engine
+// makes it; one signed with the key but giving a container another image
+// than the revision renders, or an image change without a move, is not.
+func TestInPlaceMove(t *testing.T) {
+	ring, err := signing.ParseRing(map[string][]byte{"k1700000000": bytes.Repeat([]byte{1}, signing.KeySize)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := sidecar("log", "fluentd")
+	v2 := *v1.DeepCopy()
+	v2.Spec.Containers[0].Image = "fluentd:2"
+	old, err := inject.New([]v1alpha1.Sidecar{v1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := inject.New([]v1alpha1.Sidecar{v2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Annotations: map[string]string{v1alpha1.AnnotationInject: "log"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+	res, err := old.Inject(p, "ns", inject.DefaultNamespaceLabels, ring)
+	if err != nil || res.Pod == nil {
+		t.Fatalf("inject: %v %+v", err, res)
+	}
+	stored := res.Pod
+	moved, err := engine.Upgrade(stored, "log", inject.Revision(&v2.Spec), ring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs, _ := Pod(moved, stored, engine, ring, true); len(errs) > 0 {
+		t.Fatalf("the engine's own move: %v", errs)
+	}
+	// Whoever holds the key signs a move to a served revision with an image of their own.
+	forged := moved.DeepCopy()
+	forged.Spec.Containers[1].Image = "attacker/image"
+	recs := inject.InjectedSidecars(forged.Annotations)
+	recs[0].Digest = signing.Digest([]corev1.Container{forged.Spec.Containers[1]})
+	ring.Sign(forged.Namespace, forged.Spec.ServiceAccountName, "", &recs[0])
+	raw, _ := json.Marshal(v1alpha1.InjectionStatus{Sidecars: recs})
+	forged.Annotations[v1alpha1.AnnotationStatus] = string(raw)
+	if errs, _ := Pod(forged, stored, engine, ring, true); !strings.Contains(errs.ToAggregate().Error(), "does not give container") {
+		t.Errorf("a signed move to an image the revision does not render: %v", errs)
+	}
+	// An image change that moves no record.
+	app := stored.DeepCopy()
+	app.Spec.Containers[0].Image = "attacker/image"
+	if errs, _ := Pod(app, stored, engine, ring, true); len(errs) == 0 {
+		t.Error("the controllers changed an app container's image without a move")
 	}
 }

@@ -157,6 +157,14 @@ func grantVariables(namespace string) []admissionv1.Variable {
 			"oldObject.metadata.annotations.all(k, k == '%[4]s' || object.metadata.?annotations[?k] == oldObject.metadata.annotations[?k]) && "+
 			"object.metadata.?annotations.orValue({}).all(k, k in oldObject.metadata.annotations) && "+
 			"object.spec.?tolerations == oldObject.spec.?tolerations && object.spec.?activeDeadlineSeconds == oldObject.spec.?activeDeadlineSeconds && "+
+			"object.spec.?schedulingGates == oldObject.spec.?schedulingGates && object.spec.?nodeSelector == oldObject.spec.?nodeSelector && "+
+			"object.spec.?affinity == oldObject.spec.?affinity && "+
+			"object.spec.?terminationGracePeriodSeconds == oldObject.spec.?terminationGracePeriodSeconds && "+
+			// Images change only with the record: the webhook, which parses
+			// it, holds them to the containers of the records moved.
+			"(object.metadata.?annotations[?'"+v1alpha1.AnnotationStatus+"'].orValue('') != variables.record || "+
+			"object.spec.containers.all(c, oldObject.spec.containers.exists(o, o.name == c.name && o.image == c.image)) && "+
+			"object.spec.?initContainers.orValue([]).all(c, oldObject.spec.?initContainers.orValue([]).exists(o, o.name == c.name && o.image == c.image))) && "+
 			"object.spec.containers.all(c, oldObject.spec.containers.exists(o, o.name == c.name && "+
 			"(o.image == c.image || variables.record.contains('\"' + c.name + '\"')))) && "+
 			"object.spec.?initContainers.orValue([]).all(c, oldObject.spec.?initContainers.orValue([]).exists(o, o.name == c.name && "+

@@ -37,6 +37,16 @@ func TestAttackControllerTokenUpdatesOnlyMovesInPlace(t *testing.T) {
 		return p
 	}
 	injected, plain := pod(validated), pod(unvalidated)
+	// An app container named as a key every record quotes.
+	quoted := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "quoted-", Namespace: validated, Labels: map[string]string{"gp-logger": "on"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "digest", Image: "app"}},
+			SchedulingGates: []corev1.PodSchedulingGate{{Name: "example.com/quota"}}},
+	}
+	createAdmin(t, quoted)
+	ungated := quoted.DeepCopy()
+	ungated.Spec.SchedulingGates = nil
+	ungated.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "chosen"}
 	system := pod(metav1.NamespaceSystem)
 	if !strings.Contains(injected.Annotations[v1alpha1.AnnotationStatus], sc.Name) {
 		t.Fatalf("the victim was not injected: %v", injected.Annotations)
@@ -58,6 +68,8 @@ func TestAttackControllerTokenUpdatesOnlyMovesInPlace(t *testing.T) {
 		{"an app container's image where pods are not validated", func() error { return op.Update(ctx, appImage(plain), client.DryRunAll) }, inPlaceOnly},
 		{"an image in kube-system", func() error { return op.Update(ctx, appImage(system), client.DryRunAll) }, inPlaceOnly},
 		{"a pod's labels", func() error { return op.Update(ctx, relabelled, client.DryRunAll) }, inPlaceOnly},
+		{"the image of an app container named as a key of the record", func() error { return op.Update(ctx, appImage(quoted), client.DryRunAll) }, inPlaceOnly},
+		{"a pod's scheduling gates and node", func() error { return op.Update(ctx, ungated, client.DryRunAll) }, inPlaceOnly},
 		{"a pod's status", func() error {
 			q := injected.DeepCopy()
 			q.Status.Message = "owned"
