@@ -39,7 +39,7 @@ var images = []struct {
 	aliases []string
 	// versions are built again each, with main.version set, as
 	// <name>-<version>.tar tagged <name>:<version>: an upgrade between
-	// them shows in the container's first line.
+	// them shows in the container's log.
 	versions []string
 }{
 	{name: "pause"},
