@@ -728,26 +728,35 @@ func (p *plan) seal(signer Signer) error {
 	p.injected = make([]v1alpha1.InjectionRecord, len(p.selected))
 	sa := p.pod.Spec.ServiceAccountName
 	for i := range p.selected {
-		s := &p.selected[i]
-		r, err := s.rendered()
-		if err != nil {
+		if _, err := p.selected[i].record(&p.injected[i], p.podVolume, p.namespace, sa, signer); err != nil {
 			return err
-		}
-		volumeDigest, err := s.volumeDigest(r, p.podVolume)
-		if err != nil {
-			return err
-		}
-		rec := &p.injected[i]
-		*rec = v1alpha1.InjectionRecord{Name: s.sc.name, Revision: s.sc.revision, Containers: s.sc.containerNames,
-			Owned: r.Owned, Digest: r.Digest, VolumeDigest: volumeDigest}
-		if signer != nil {
-			signer.Sign(p.namespace, sa, s.sc.uid, rec)
 		}
 	}
 	records := slices.Concat(p.existing.Sidecars, p.injected)
 	buf := appendStatus(make([]byte, 0, 192*len(records)), records)
 	p.status = unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
 	return nil
+}
+
+// record writes into rec the record of the selection's rendering for a pod
+// of namespace running as sa, signed when signer is set, and returns the
+// rendering: injection and an upgrade in place make records alike.
+func (s *selection) record(rec *v1alpha1.InjectionRecord, podVolume func(string) (*corev1.Volume, error), namespace, sa string,
+	signer Signer) (*rendering, error) {
+	r, err := s.rendered()
+	if err != nil {
+		return nil, err
+	}
+	volumeDigest, err := s.volumeDigest(r, podVolume)
+	if err != nil {
+		return nil, err
+	}
+	*rec = v1alpha1.InjectionRecord{Name: s.sc.name, Revision: s.sc.revision, Containers: s.sc.containerNames,
+		Owned: r.Owned, Digest: r.Digest, VolumeDigest: volumeDigest}
+	if signer != nil {
+		signer.Sign(namespace, sa, s.sc.uid, rec)
+	}
+	return r, nil
 }
 
 // appendStatus writes the status annotation's value for records.

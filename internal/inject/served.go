@@ -125,8 +125,9 @@ func (e *Engine) Target(pod *corev1.Pod, sidecar string) (string, error) {
 	if c == nil {
 		return "", fmt.Errorf("sidecar %q does not exist", sidecar)
 	}
+	// served reads the pod's metadata alone: no view of its containers.
 	var p plan
-	sc, ok := p.served(c, viewOfPod(pod), pod.Namespace)
+	sc, ok := p.served(c, &PodView{Metadata: metadataOf(pod)}, pod.Namespace)
 	if !ok {
 		return "", errors.New(p.denials[0])
 	}

@@ -55,12 +55,13 @@ func (e *Engine) Upgrade(pod *corev1.Pod, sidecar, revision string, ring *signin
 	if sel.render.params, missing = resolveParameters(target.params, pod.Annotations); len(missing) > 0 {
 		return nil, fmt.Errorf("%w: revision %s requires pod annotations that are missing: %s", ErrNotInPlace, revision, quoteList(missing))
 	}
-	p.budget.refill()
-	r, err := sel.rendered()
-	if err != nil {
-		return nil, err
+	// The caps injection applies to what a pod creator wrote, as it is used.
+	if p.inputTooLong(target, sel.render.params) {
+		return nil, fmt.Errorf("%w: %s", ErrNotInPlace, p.denials[0])
 	}
-	volumeDigest, err := sel.volumeDigest(r, podVolume(pod))
+	p.budget.refill()
+	var rec v1alpha1.InjectionRecord
+	r, err := sel.record(&rec, podVolume(pod), pod.Namespace, pod.Spec.ServiceAccountName, ring)
 	if err != nil {
 		return nil, err
 	}
@@ -68,9 +69,6 @@ func (e *Engine) Upgrade(pod *corev1.Pod, sidecar, revision string, ring *signin
 	for i, name := range target.containerNames {
 		signing.Container(out, name).Image = r.Images[i]
 	}
-	rec := v1alpha1.InjectionRecord{Name: sidecar, Revision: target.revision, Containers: target.containerNames,
-		Owned: r.Owned, Digest: r.Digest, VolumeDigest: volumeDigest}
-	ring.Sign(pod.Namespace, pod.Spec.ServiceAccountName, target.uid, &rec)
 	status.Sidecars[at] = rec
 	out.Annotations[v1alpha1.AnnotationStatus] = string(appendStatus(nil, status.Sidecars))
 	if err := ring.Verify(out, target.uid, target.exact, &rec); err != nil {

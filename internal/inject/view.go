@@ -295,18 +295,19 @@ func readString(s *jsonscan.Scanner, dst *string) {
 	}
 }
 
+// metadataOf is the view of a typed Pod's metadata.
+func metadataOf(pod *corev1.Pod) *MetadataView {
+	m := &MetadataView{Name: pod.Name, GenerateName: pod.GenerateName, Namespace: pod.Namespace,
+		Labels: pod.Labels, Annotations: pod.Annotations, owner: &ownerView{}}
+	if owner := metav1.GetControllerOf(pod); owner != nil {
+		m.owner = &ownerView{Kind: owner.Kind, Name: owner.Name}
+	}
+	return m
+}
+
 // viewOfPod builds the view of a typed Pod, keeping nil-versus-empty as JSON would.
 func viewOfPod(pod *corev1.Pod) *PodView {
-	v := &PodView{Metadata: &MetadataView{}, Spec: &SpecView{}}
-	v.Metadata.Name = pod.Name
-	v.Metadata.GenerateName = pod.GenerateName
-	v.Metadata.Namespace = pod.Namespace
-	v.Metadata.Labels = pod.Labels
-	v.Metadata.Annotations = pod.Annotations
-	v.Metadata.owner = &ownerView{}
-	if owner := metav1.GetControllerOf(pod); owner != nil {
-		v.Metadata.owner = &ownerView{Kind: owner.Kind, Name: owner.Name}
-	}
+	v := &PodView{Metadata: metadataOf(pod), Spec: &SpecView{}}
 	v.Spec.ServiceAccountName = pod.Spec.ServiceAccountName
 	v.Spec.Containers = containerViews(pod.Spec.Containers)
 	v.Spec.InitContainers = containerViews(pod.Spec.InitContainers)

@@ -249,8 +249,8 @@ func (r *Reconciler) survey(view *grants.View, rolling map[string]*v1alpha1.Side
 			continue
 		}
 		for _, rec := range inject.InjectedSidecars(pod.Annotations) {
-			if rolling[rec.Name] == nil || view.Verify(pod, &rec) != nil {
-				continue // an unverified record is never signed anew
+			if rolling[rec.Name] == nil {
+				continue
 			}
 			p.carried[rec.Name]++
 			target, err := view.Engine.Target(pod, rec.Name)
@@ -271,6 +271,9 @@ func (r *Reconciler) survey(view *grants.View, rolling map[string]*v1alpha1.Side
 				}
 			case r.told[key]:
 				seen[key] = true // not movable in place: told once, not read again
+			case view.Verify(pod, &rec) != nil:
+				// An unverified record is never signed anew; verified only
+				// here, since every pass sees every pod.
 			default:
 				p.todo[rec.Name] = append(p.todo[rec.Name], moving{pod: pod, sidecar: rec.Name, from: rec.Revision, target: target})
 			}
