@@ -14,20 +14,14 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/clusterstate"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
+	"github.com/sidecar-operator/sidecar-operator/internal/restart"
 )
-
-// AnnotationRestartedAt is the pod template annotation `kubectl rollout
-// restart` sets; changing it makes the controller replace every pod. Its
-// value has nanoseconds, so that two restarts in one second both change it.
-const AnnotationRestartedAt = "kubectl.kubernetes.io/restartedAt"
 
 type rolloutOptions struct {
 	cluster       clusterFlags
@@ -99,13 +93,6 @@ Pods without such a controller (bare pods, Jobs) are listed, not touched.`,
 	return cmd
 }
 
-// restartable are the kinds rollout restarts.
-var restartable = map[string]func() client.Object{
-	"Deployment":  func() client.Object { return &appsv1.Deployment{} },
-	"StatefulSet": func() client.Object { return &appsv1.StatefulSet{} },
-	"DaemonSet":   func() client.Object { return &appsv1.DaemonSet{} },
-}
-
 func (o *rolloutOptions) run(ctx context.Context, c client.Client, w io.Writer) error {
 	loader := o.cluster.loader(c)
 	snap, err := loader.Load(ctx, o.namespace, true)
@@ -122,7 +109,7 @@ func (o *rolloutOptions) run(ctx context.Context, c client.Client, w io.Writer) 
 		if !ok || !ws.NeedsRestart() {
 			continue
 		}
-		if restartable[wl.Kind] == nil {
+		if restart.New(wl.Kind) == nil {
 			fmt.Fprintf(w, "skip %s: not restartable by a controller; delete its pods (%s)\n", wl.WorkloadRef, describeSidecars([]fleet.WorkloadSidecar{ws}))
 			skipped++
 			continue
@@ -187,12 +174,11 @@ func sidecarOf(wl fleet.Workload, name string) (fleet.WorkloadSidecar, bool) {
 func (o *rolloutOptions) restart(ctx context.Context, c client.Client, loader *clusterstate.Loader, wl fleet.Workload, say func(string, ...any)) error {
 	ws, _ := sidecarOf(wl, o.sidecar)
 	say("%s: restarting (%s)", wl.WorkloadRef, describeSidecars([]fleet.WorkloadSidecar{ws}))
-	obj := restartable[wl.Kind]()
+	obj := restart.New(wl.Kind)
 	key := types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name}
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, AnnotationRestartedAt, time.Now().Format(time.RFC3339Nano))
 	obj.SetNamespace(key.Namespace)
 	obj.SetName(key.Name)
-	if err := c.Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, []byte(patch))); err != nil {
+	if err := restart.Restart(ctx, c, obj, time.Now()); err != nil {
 		return fmt.Errorf("restarting: %w", err)
 	}
 	generation := obj.GetGeneration()
@@ -201,7 +187,7 @@ func (o *rolloutOptions) restart(ctx context.Context, c client.Client, loader *c
 		if err := c.Get(ctx, key, obj); err != nil {
 			return false, err
 		}
-		done, progress, failure := rolloutProgress(obj, generation, o.waitFor == "available")
+		done, progress, failure := restart.Progress(obj, generation, o.waitFor == "available")
 		if failure != "" {
 			return false, errors.New(failure)
 		}
@@ -234,59 +220,4 @@ func (o *rolloutOptions) restart(ctx context.Context, c client.Client, loader *c
 		return nil
 	}
 	return errors.New("restarted, but it has no pods to judge")
-}
-
-// rolloutProgress reads a workload's status after a restart at generation:
-// whether its controller has replaced every pod (and they are available, when
-// asked), a progress line, and a failure its controller reports.
-func rolloutProgress(obj client.Object, generation int64, available bool) (done bool, progress, failure string) {
-	if observed := observedGeneration(obj); observed < generation {
-		return false, "waiting for the controller to see the restart", ""
-	}
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		for _, cond := range o.Status.Conditions {
-			if cond.Type == appsv1.DeploymentProgressing && cond.Status == corev1.ConditionFalse && cond.Reason == "ProgressDeadlineExceeded" {
-				return false, "", "progress deadline exceeded: " + cond.Message
-			}
-			if cond.Type == appsv1.DeploymentReplicaFailure && cond.Status == corev1.ConditionTrue {
-				return false, "", "cannot create pods: " + cond.Message
-			}
-		}
-		want := int32(1)
-		if o.Spec.Replicas != nil {
-			want = *o.Spec.Replicas
-		}
-		s := o.Status
-		progress = fmt.Sprintf("%d of %d updated, %d old, %d available", s.UpdatedReplicas, want, s.Replicas-s.UpdatedReplicas, s.AvailableReplicas)
-		done = s.UpdatedReplicas == want && s.Replicas == want && (!available || s.AvailableReplicas == want)
-		return done, progress, ""
-	case *appsv1.StatefulSet:
-		want := int32(1)
-		if o.Spec.Replicas != nil {
-			want = *o.Spec.Replicas
-		}
-		s := o.Status
-		progress = fmt.Sprintf("%d of %d updated, %d available", s.UpdatedReplicas, want, s.AvailableReplicas)
-		done = s.UpdatedReplicas == want && s.CurrentRevision == s.UpdateRevision && (!available || s.AvailableReplicas == want)
-		return done, progress, ""
-	case *appsv1.DaemonSet:
-		s := o.Status
-		progress = fmt.Sprintf("%d of %d updated, %d available", s.UpdatedNumberScheduled, s.DesiredNumberScheduled, s.NumberAvailable)
-		done = s.UpdatedNumberScheduled == s.DesiredNumberScheduled && (!available || s.NumberAvailable == s.DesiredNumberScheduled)
-		return done, progress, ""
-	}
-	return false, "", fmt.Sprintf("cannot follow a %T", obj)
-}
-
-func observedGeneration(obj client.Object) int64 {
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		return o.Status.ObservedGeneration
-	case *appsv1.StatefulSet:
-		return o.Status.ObservedGeneration
-	case *appsv1.DaemonSet:
-		return o.Status.ObservedGeneration
-	}
-	return 0
 }

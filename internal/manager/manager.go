@@ -252,15 +252,17 @@ func addFleetControllers(
 	}).SetupWithManager(mgr, keyChanges); err != nil {
 		return err
 	}
+	nsLabels := func(name string) (map[string]string, bool) { return namespaces.Labels(mgr.GetCache(), name) }
+	// Unscoped: a pod a Sidecar selects is in a namespace its
+	// namespaceSelector selects, so in scope; one created before the scope
+	// caught up is missed, reported and repaired.
+	mutating := webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, nil, opts.FailurePolicy, webhookconfig.AllNamespaces, opts.Namespace)
 	if err := (&status.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.All,
-		NamespaceLabels: func(name string) (map[string]string, bool) { return namespaces.Labels(mgr.GetCache(), name) },
-		// Unscoped: a pod a Sidecar selects is in a namespace its
-		// namespaceSelector selects, so in scope; one created before the
-		// scope caught up is missed, and reported.
-		Webhook:   webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, nil, opts.FailurePolicy, webhookconfig.AllNamespaces, opts.Namespace),
-		Namespace: opts.Namespace,
-		Log:       log.WithName("status"),
+		NamespaceLabels: nsLabels,
+		Webhook:         mutating,
+		Namespace:       opts.Namespace,
+		Log:             log.WithName("status"),
 	}).SetupWithManager(mgr, keyChanges); err != nil {
 		return err
 	}
@@ -269,6 +271,7 @@ func addFleetControllers(
 	}
 	return (&rollout.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.All,
+		NamespaceLabels: nsLabels, Excluded: webhookconfig.NewServing(mutating).Excludes(nsLabels),
 		Events: mgr.GetEventRecorder("sidecar-operator-rollout"), Log: log.WithName("rollout"),
 	}).SetupWithManager(mgr)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
+	"github.com/sidecar-operator/sidecar-operator/internal/restart"
 )
 
 const (
@@ -66,10 +68,15 @@ func GrantPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, *adm
 					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: write[:2], Rule: admissionv1.Rule{
 						APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"leases"}, Scope: ptr.To(admissionv1.NamespacedScope),
 					}}},
-					// Upgrades in place: RBAC lets it update any pod.
-					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Update}, Rule: admissionv1.Rule{
+					// Upgrades in place and dry-run pods: RBAC lets it create and update any pod.
+					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: write[:2], Rule: admissionv1.Rule{
 						APIGroups: []string{""}, APIVersions: []string{"*"},
 						Resources: []string{podsResource, "pods/status", "pods/ephemeralcontainers"}, Scope: ptr.To(admissionv1.NamespacedScope),
+					}}},
+					// Restarts: RBAC lets it patch any such workload.
+					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Update}, Rule: admissionv1.Rule{
+						APIGroups: []string{appsv1.GroupName}, APIVersions: []string{"*"},
+						Resources: []string{"deployments", "statefulsets", "daemonsets"}, Scope: ptr.To(admissionv1.NamespacedScope),
 					}}},
 					// RBAC lets it update its two configurations by name; the
 					// policy holds it to its caBundles, its scope and its CA record.
@@ -170,6 +177,25 @@ func grantVariables(namespace string) []admissionv1.Variable {
 			"object.spec.?initContainers.orValue([]).all(c, oldObject.spec.?initContainers.orValue([]).exists(o, o.name == c.name && "+
 			"(o.image == c.image || variables.record.contains('\"' + c.name + '\"'))))",
 			metav1.NamespaceSystem, namespace, v1alpha1.LabelValidation, v1alpha1.AnnotationStatus)},
+		// A restart, as `kubectl rollout restart` makes it: the pod
+		// template's restart annotation and nothing else; the spec fields
+		// of all three kinds are named (a field a kind lacks is absent on
+		// both sides).
+		{Name: "workload", Expression: fmt.Sprintf("request.resource.group == '%s'", appsv1.GroupName)},
+		{Name: "restart", Expression: fmt.Sprintf("!(request.namespace in ['%[1]s', '%[2]s']) && "+
+			"object.metadata.?labels == oldObject.metadata.?labels && "+
+			// The apiserver counts a DaemonSet's template changes in this annotation.
+			"object.metadata.?annotations.orValue({}).all(k, k == '%[5]s' || oldObject.metadata.?annotations[?k] == object.metadata.?annotations[?k]) && "+
+			"oldObject.metadata.?annotations.orValue({}).all(k, k in object.metadata.?annotations.orValue({})) && "+
+			"object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && object.metadata.?finalizers == oldObject.metadata.?finalizers && "+
+			"object.spec.template.spec == oldObject.spec.template.spec && "+
+			"object.spec.template.metadata.?labels == oldObject.spec.template.metadata.?labels && "+
+			"object.spec.template.metadata.?finalizers == oldObject.spec.template.metadata.?finalizers && "+
+			"object.spec.template.metadata.?annotations.orValue({}).all(k, k == '%[3]s' || "+
+			"oldObject.spec.template.metadata.?annotations[?k] == object.spec.template.metadata.?annotations[?k]) && "+
+			"oldObject.spec.template.metadata.?annotations.orValue({}).all(k, k in object.spec.template.metadata.?annotations.orValue({})) && "+
+			"%[4]s",
+			metav1.NamespaceSystem, namespace, restart.AnnotationRestartedAt, workloadFieldsKept(), appsv1.DeprecatedTemplateGeneration)},
 		{Name: "rbac", Expression: fmt.Sprintf("request.resource.group == '%s'", rbacv1.GroupName)},
 		{Name: "binding", Expression: "variables.rbac && request.resource.resource in ['rolebindings', 'clusterrolebindings']"},
 		// The object written (for a delete, the one deleted), and the one it replaces.
@@ -211,7 +237,18 @@ func grantValidations(namespace string) []admissionv1.Validation {
 			Reason: forbidden,
 		},
 		{
-			Expression: "!variables.pod || variables.podMoved",
+			Expression: "!variables.pod || request.operation != 'CREATE' || request.dryRun",
+			Message:    "the operator creates pods only as server-side dry runs, to see what its webhook injects",
+			Reason:     forbidden,
+		},
+		{
+			Expression: "!variables.workload || variables.restart",
+			Message: fmt.Sprintf("the operator changes a workload only to restart it: its pod template's %s annotation, outside %s and %s",
+				restart.AnnotationRestartedAt, metav1.NamespaceSystem, namespace),
+			Reason: forbidden,
+		},
+		{
+			Expression: "!variables.pod || request.operation != 'UPDATE' || variables.podMoved",
 			Message: fmt.Sprintf("the operator updates a pod only to move its sidecars in place: a pod with a record (%s), outside %s and %s, "+
 				"where pods are validated, changing nothing but the record and the images of the containers it names",
 				v1alpha1.AnnotationStatus, metav1.NamespaceSystem, namespace),
@@ -270,4 +307,20 @@ func grantValidations(namespace string) []admissionv1.Validation {
 
 // quotedCEL is s as a raw CEL string literal, triple double-quoted: s
 // holds no double quote.
+// workloadFieldsKept compares every spec field of Deployments,
+// StatefulSets and DaemonSets but the pod template.
+func workloadFieldsKept() string {
+	fields := []string{
+		"replicas", "selector", "minReadySeconds", "revisionHistoryLimit", // more than one kind
+		"strategy", "paused", "progressDeadlineSeconds", // Deployment
+		"updateStrategy",                                                                                                 // StatefulSet and DaemonSet
+		"serviceName", "volumeClaimTemplates", "podManagementPolicy", "persistentVolumeClaimRetentionPolicy", "ordinals", // StatefulSet
+	}
+	kept := make([]string, len(fields))
+	for i, f := range fields {
+		kept[i] = fmt.Sprintf("object.spec.?%[1]s == oldObject.spec.?%[1]s", f)
+	}
+	return strings.Join(kept, " && ")
+}
+
 func quotedCEL(s string) string { return `r"""` + s + `"""` }

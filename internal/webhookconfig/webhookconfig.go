@@ -327,6 +327,15 @@ func (s *Serving) Serves(nsLabels map[string]string) bool {
 	return s.excluding(nsLabels) == nil
 }
 
+// Excludes returns whether the webhook leaves out the pods of a namespace,
+// whose labels nsLabels reads.
+func (s *Serving) Excludes(nsLabels func(string) (map[string]string, bool)) func(namespace string) bool {
+	return func(namespace string) bool {
+		l, _ := nsLabels(namespace)
+		return !s.Serves(l)
+	}
+}
+
 // Why says why pods of the namespace are not sent, naming the webhook and
 // its selector or scope; empty when they are.
 func (s *Serving) Why(namespace string, nsLabels map[string]string) string {

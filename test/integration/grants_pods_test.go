@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -78,6 +80,71 @@ func TestAttackControllerTokenUpdatesOnlyMovesInPlace(t *testing.T) {
 	} {
 		err := tc.write()
 		if err == nil || !strings.Contains(err.Error(), tc.refusedBy) {
+			t.Errorf("the controllers' token wrote %s: %v; want a refusal by %s", tc.name, err, tc.refusedBy)
+		}
+	}
+}
+
+// TestAttackControllerTokenRestartsOnly: the controllers' token may create
+// pods and patch Deployments, StatefulSets and DaemonSets, to restart
+// workloads after a dry-run pod, and the grant policy holds it to that: no
+// pod is created for real, and a workload changes only in its pod
+// template's restart annotation; not its containers, replicas, labels or
+// other template annotations.
+func TestAttackControllerTokenRestartsOnly(t *testing.T) {
+	const (
+		dryRunOnly  = "the operator creates pods only as server-side dry runs"
+		restartOnly = "the operator changes a workload only to restart it"
+	)
+	ctx := context.Background()
+	op, _, _ := bindOperatorRoles(t, k8s, cfg, webhookconfig.GrantingServiceAccount, "controller")
+	installGrantPolicy(t, k8s, op)
+	ns := createNamespace(t, nil)
+	labels := map[string]string{"app": "victim"}
+	template := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: ns},
+		Spec:       appsv1.DeploymentSpec{Replicas: new(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: template},
+	}
+	daemons := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: ns},
+		Spec:       appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: template},
+	}
+	createAdmin(t, deploy)
+	createAdmin(t, daemons)
+	patch := func(obj client.Object, p string) func() error {
+		return func() error {
+			return op.Patch(ctx, obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, []byte(p)), client.DryRunAll)
+		}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "owned-", Namespace: ns}, Spec: template.Spec}
+	for _, tc := range []struct {
+		name      string
+		write     func() error
+		refusedBy string // empty: allowed
+	}{
+		{"a dry-run pod", func() error { return op.Create(ctx, pod.DeepCopy(), client.DryRunAll) }, ""},
+		{"a pod", func() error { return op.Create(ctx, pod.DeepCopy()) }, dryRunOnly},
+		{"a Deployment's restart", patch(deploy, `{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"now"}}}}}`), ""},
+		{"a DaemonSet's restart", patch(daemons, `{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"now"}}}}}`), ""},
+		{"a Deployment's image", patch(deploy, `{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"`+attackerImage+`"}]}}}}`), restartOnly},
+		{"a DaemonSet's image", patch(daemons, `{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"`+attackerImage+`"}]}}}}`), restartOnly},
+		{"a Deployment's replicas", patch(deploy, `{"spec":{"replicas":50}}`), restartOnly},
+		{"a Deployment's strategy", patch(deploy, `{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}`), restartOnly},
+		{"a DaemonSet's update strategy", patch(daemons, `{"spec":{"updateStrategy":{"type":"OnDelete","rollingUpdate":null}}}`), restartOnly},
+		{"a Deployment's labels", patch(deploy, `{"metadata":{"labels":{"owned":"yes"}}}`), restartOnly},
+		{"a pod template's other annotation", patch(deploy, `{"spec":{"template":{"metadata":{"annotations":{"`+
+			v1alpha1.AnnotationRevisionPrefix+`gp-logger":"old"}}}}}`), restartOnly},
+		{"a pod template's labels", patch(deploy, `{"spec":{"template":{"metadata":{"labels":{"app":"victim","sidecar":"on"}}}}}`), restartOnly},
+	} {
+		err := tc.write()
+		switch {
+		case tc.refusedBy == "" && err != nil:
+			t.Errorf("the controllers' token could not write %s: %v", tc.name, err)
+		case tc.refusedBy != "" && (err == nil || !strings.Contains(err.Error(), tc.refusedBy)):
 			t.Errorf("the controllers' token wrote %s: %v; want a refusal by %s", tc.name, err, tc.refusedBy)
 		}
 	}

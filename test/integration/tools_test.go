@@ -30,6 +30,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/diagnose"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/restart"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
@@ -309,7 +310,7 @@ func restartedAt(t *testing.T, ns, name string) string {
 	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &d); err != nil {
 		t.Fatal(err)
 	}
-	return d.Spec.Template.Annotations[cli.AnnotationRestartedAt]
+	return d.Spec.Template.Annotations[restart.AnnotationRestartedAt]
 }
 
 // verify --workload creates a Deployment and a Service, reports the pod the

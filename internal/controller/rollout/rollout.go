@@ -1,8 +1,10 @@
 // Package rollout owns bringing running pods to the revision their
 // Sidecar's RollingUpdate gives them (inject.Engine.Target): in place, by
 // an update of the Sidecar's images and a newly signed record, when that is
-// all that differs, at most maxUnavailable pods at a time; a pod that
-// cannot move in place is told of, once, for its owner to be restarted.
+// all that differs, at most maxUnavailable pods at a time; otherwise, and
+// for pods that missed the Sidecar, by restarting their workloads, at most
+// maxUnavailable workloads at a time, each once a server-side dry run shows
+// that the webhook injects the target now.
 package rollout
 
 import (
@@ -51,6 +53,11 @@ const (
 	ActionNotInPlace = "NotInPlace"
 	// ActionHalted counts pods past the progress deadline, each once.
 	ActionHalted = "Halted"
+	// ActionRestart counts workloads restarted (ok), and those the dry run
+	// found the webhook would not inject (blocked).
+	ActionRestart = "Restart"
+	// ActionNotRestartable counts pods no restart would replace, each once.
+	ActionNotRestartable = "NotRestartable"
 	// ReasonProgressDeadlineExceeded is the Event's and the condition's.
 	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
 	// FieldManager owns the RolloutProgressing condition.
@@ -64,7 +71,7 @@ const (
 
 var actions = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "sidecar_operator_rollout_actions_total",
-	Help: "What the rollout did to running pods, by Sidecar, action (InPlace, NotInPlace, Halted) and result (ok, error).",
+	Help: "What the rollout did to running pods, by Sidecar, action (InPlace, NotInPlace, Restart, NotRestartable, Halted) and result (ok, error, blocked).",
 }, []string{"sidecar", "action", "result"})
 
 func init() { metrics.Registry.MustRegister(actions) }
@@ -82,23 +89,29 @@ type Reconciler struct {
 	APIReader client.Reader
 	Gate      *grants.Gate
 	// Pods yields the cached pods, read-only.
-	Pods   func(yield func(*corev1.Pod) bool)
-	Events events.EventRecorder
-	Log    logr.Logger
+	Pods func(yield func(*corev1.Pod) bool)
+	// NamespaceLabels and Excluded find the pods that missed a Sidecar, as
+	// the status controller does (fleet.Judge).
+	NamespaceLabels inject.NamespaceLabelsFunc
+	Excluded        func(namespace string) bool
+	Events          events.EventRecorder
+	Log             logr.Logger
 
-	// told are the pods told they cannot move in place, or are past the
-	// progress deadline, by pod UID, Sidecar and target revision.
-	told map[string]bool
+	// told are the pods told they cannot move in place (with why), or are
+	// past the progress deadline, by pod UID, Sidecar and target revision.
+	told map[string]string
 	// upgradedAt is when this leader upgraded each pod still becoming
 	// ready: only those count against maxUnavailable, so that a pod someone
 	// keeps unready at the new revision cannot stall the rollout.
 	upgradedAt map[string]time.Time
+	restarts   restarts
 	lastPass   time.Time
 }
 
 // SetupWithManager runs on the leader, one pass at a time.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.told, r.upgradedAt = map[string]bool{}, map[string]time.Time{}
+	r.told, r.upgradedAt = map[string]string{}, map[string]time.Time{}
+	r.restarts = newRestarts()
 	all := watch.Constant(fleetKey)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("rollout").
@@ -165,15 +178,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, nil
 	}
 	p := r.survey(view, rolling)
+	more := false
 	for name, sc := range rolling {
-		if err := r.progress(ctx, sc, p.stuck[name]); err != nil {
+		halt, err := r.restartWorkloads(ctx, sc, p)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
+		if err := r.progress(ctx, sc, p.stuck[name], halt); err != nil {
+			return ctrl.Result{}, err
+		}
+		if halt.blocked != "" {
+			p.next = minWait(p.next, blockedRetry)
+		}
+		more = more || halt.more
 	}
-	more := false
 	for name, pods := range p.todo {
 		sc := rolling[name]
-		if len(p.stuck[name]) > 0 {
+		if len(p.stuck[name]) > 0 || !p.acting(name) {
 			continue // halted until the stuck pods are ready, gone, or moved on by a new spec
 		}
 		budget, err := workload.Scaled(sc.Spec.UpdateStrategy.MaxUnavailable, p.carried[name], true, 1)
@@ -236,23 +257,42 @@ type pass struct {
 	carried, inFlight map[string]int
 	stuck             map[string][]moving // in flight past the progress deadline
 	todo              map[string][]moving
-	next              time.Duration // until the first deadline of a pod in flight
+	// restart are, by Sidecar, the workloads with pods that missed it or
+	// cannot move in place, and workloads counts those it selects.
+	restart   map[string]map[workload.Ref]*candidate
+	workloads map[string]map[workload.Ref]bool
+	// halted are the Sidecars on which nothing acts this pass.
+	halted map[string]bool
+	next   time.Duration // until the first deadline of a pod in flight
+}
+
+// acting reports whether the Sidecar's rollout acts this pass.
+func (p *pass) acting(sidecar string) bool { return !p.halted[sidecar] }
+
+func minWait(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
 }
 
 // survey judges every pod that carries a rolling Sidecar with a record
 // that verifies, and forgets the moves and tellings of pods gone or done.
 func (r *Reconciler) survey(view *grants.View, rolling map[string]*v1alpha1.Sidecar) *pass {
-	p := &pass{carried: map[string]int{}, inFlight: map[string]int{}, stuck: map[string][]moving{}, todo: map[string][]moving{}}
+	p := &pass{carried: map[string]int{}, inFlight: map[string]int{}, stuck: map[string][]moving{}, todo: map[string][]moving{},
+		restart: map[string]map[workload.Ref]*candidate{}, workloads: map[string]map[workload.Ref]bool{}, halted: map[string]bool{}}
 	seen := map[string]bool{}
 	for pod := range r.Pods {
 		if fleet.Finished(pod) || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
+		var ref *workload.Ref
 		for _, rec := range inject.InjectedSidecars(pod.Annotations) {
 			if rolling[rec.Name] == nil {
 				continue
 			}
 			p.carried[rec.Name]++
+			ref = p.selects(rec.Name, pod, ref)
 			target, err := view.Engine.Target(pod, rec.Name)
 			if err != nil {
 				continue // a pin the Sidecar no longer serves: the pod stays as it is
@@ -269,13 +309,26 @@ func (r *Reconciler) survey(view *grants.View, rolling map[string]*v1alpha1.Side
 				} else if p.next == 0 || left < p.next {
 					p.next = left
 				}
-			case r.told[key]:
-				seen[key] = true // not movable in place: told once, not read again
+			case r.told[key] != "":
+				seen[key] = true // not movable in place: told once, not read again; its workload restarts
+				p.needsRestart(rec.Name, *ref, pod, target, "not upgradable in place: "+r.told[key])
 			case view.Verify(pod, &rec) != nil:
 				// An unverified record is never signed anew; verified only
 				// here, since every pass sees every pod.
 			default:
 				p.todo[rec.Name] = append(p.todo[rec.Name], moving{pod: pod, sidecar: rec.Name, from: rec.Revision, target: target})
+			}
+		}
+		if r.Excluded(pod.Namespace) {
+			continue
+		}
+		for _, name := range view.Engine.Pending(pod, r.NamespaceLabels) {
+			if rolling[name] == nil {
+				continue
+			}
+			ref = p.selects(name, pod, ref)
+			if target, err := view.Engine.Target(pod, name); err == nil {
+				p.needsRestart(name, *ref, pod, target, "missed the injection")
 			}
 		}
 	}
@@ -289,6 +342,7 @@ func (r *Reconciler) survey(view *grants.View, rolling map[string]*v1alpha1.Side
 			delete(r.told, key) // moved on, or gone
 		}
 	}
+	r.restarts.forget(p.restart, rolling)
 	return p
 }
 
@@ -307,17 +361,24 @@ func progressDeadline(sc *v1alpha1.Sidecar) time.Duration {
 // progress says, in the RolloutProgressing condition, whether the rollout
 // is halted by pods whose upgraded sidecar did not become ready in time,
 // naming each and why it waits, with an Event per pod.
-func (r *Reconciler) progress(ctx context.Context, sc *v1alpha1.Sidecar, stuck []moving) error {
+func (r *Reconciler) progress(ctx context.Context, sc *v1alpha1.Sidecar, stuck []moving, h halt) error {
 	cond := metav1.Condition{Type: v1alpha1.ConditionRolloutProgressing, Status: metav1.ConditionTrue, Reason: "Progressing",
-		Message: "no upgraded pod is past the progress deadline", ObservedGeneration: sc.Generation}
-	if len(stuck) > 0 {
+		Message: "no upgraded pod or restarted workload is past the progress deadline", ObservedGeneration: sc.Generation}
+	switch {
+	case h.blocked != "":
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonInjectionUnconfirmed
+		cond.Message = h.blocked
+	case len(h.stuck) > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonProgressDeadlineExceeded
+		cond.Message = "halted: " + strings.Join(h.stuck, "; ")
+	case len(stuck) > 0:
 		why := make([]string, 0, len(stuck))
 		for _, m := range stuck {
 			w := fmt.Sprintf("pod %s/%s: %s", m.pod.Namespace, m.pod.Name, waiting(m.pod, m.sidecar))
 			why = append(why, w)
 			key := "stuck/" + movedKey(m.pod, m.sidecar, m.target)
-			if !r.told[key] {
-				r.told[key] = true
+			if r.told[key] == "" {
+				r.told[key] = "stuck"
 				actions.WithLabelValues(m.sidecar, ActionHalted, "ok").Inc()
 				r.tell(sc, m.pod, corev1.EventTypeWarning, ReasonProgressDeadlineExceeded, fmt.Sprintf(
 					"the rollout of sidecar %q to revision %s is halted: %s, not ready %s after its upgrade", m.sidecar, m.target, w, progressDeadline(sc)))
@@ -326,7 +387,7 @@ func (r *Reconciler) progress(ctx context.Context, sc *v1alpha1.Sidecar, stuck [
 		slices.Sort(why)
 		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonProgressDeadlineExceeded
 		cond.Message = fmt.Sprintf("halted: not ready %s after the upgrade: %s", progressDeadline(sc), strings.Join(why, "; "))
-	} else if apimeta.FindStatusCondition(sc.Status.Conditions, v1alpha1.ConditionRolloutProgressing) == nil {
+	case apimeta.FindStatusCondition(sc.Status.Conditions, v1alpha1.ConditionRolloutProgressing) == nil:
 		return nil // nothing to say until something goes wrong
 	}
 	return sidecarstatus.ApplyCondition(ctx, r.Client, sc, cond, FieldManager)
@@ -363,11 +424,11 @@ func (r *Reconciler) move(ctx context.Context, view *grants.View, sc *v1alpha1.S
 	upgraded, err := view.Upgrade(&live, m.sidecar, m.target)
 	if errors.Is(err, inject.ErrNotInPlace) {
 		key := movedKey(&live, m.sidecar, m.target)
-		if !r.told[key] {
-			r.told[key] = true
+		if r.told[key] == "" {
+			r.told[key] = strings.TrimPrefix(err.Error(), inject.ErrNotInPlace.Error()+": ")
 			actions.WithLabelValues(m.sidecar, ActionNotInPlace, "ok").Inc()
-			msg := fmt.Sprintf("pod %s/%s is not upgradable in place from revision %s to %s: %v; "+
-				"restart its owner (kubectl rollout restart, or sidecar-operator rollout)", live.Namespace, live.Name, m.from, m.target, err)
+			msg := fmt.Sprintf("pod %s/%s is not upgradable in place from revision %s to %s: %v; its workload is to be restarted",
+				live.Namespace, live.Name, m.from, m.target, err)
 			r.tell(sc, &live, corev1.EventTypeWarning, ReasonNotUpgradableInPlace, msg)
 			r.Log.Info("not upgradable in place", "pod", live.Namespace+"/"+live.Name, "sidecar", m.sidecar, "from", m.from, "to", m.target, "reason", err.Error())
 		}

@@ -151,7 +151,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		Engine:          view.Engine,
 		Revision:        func(name string) (string, bool) { rev, ok := revisions[name]; return rev, ok },
 		NamespaceLabels: r.NamespaceLabels,
-		Excluded:        r.excluded,
+		Excluded:        r.serving.Excludes(r.NamespaceLabels),
 		Verify:          view.Verify,
 	}
 	seen := map[string]bool{}
@@ -202,12 +202,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		return ctrl.Result{RequeueAfter: interval}, nil // tell the rest
 	}
 	return ctrl.Result{}, nil
-}
-
-// excluded reports namespaces the webhook does not serve.
-func (r *Reconciler) excluded(namespace string) bool {
-	l, _ := r.NamespaceLabels(namespace)
-	return !r.serving.Serves(l)
 }
 
 // writeStatus applies the status fields this controller owns, when they

@@ -1,4 +1,4 @@
-package cli
+package restart
 
 import (
 	"strings"
@@ -15,7 +15,7 @@ import (
 // without kubelets (their controllers wait for ready pods, or need nodes),
 // so the reading of their status is checked here; Deployments also run for
 // real in test/integration.
-func TestRolloutProgress(t *testing.T) {
+func TestProgress(t *testing.T) {
 	const gen = 3
 	deploy := func(observed int64, updated, replicas, available int32, conds ...appsv1.DeploymentCondition) client.Object {
 		return &appsv1.Deployment{
@@ -55,7 +55,7 @@ func TestRolloutProgress(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.obj.(metav1.Object).SetGeneration(gen)
-			done, progress, failure := rolloutProgress(tc.obj, gen, tc.available)
+			done, progress, failure := Progress(tc.obj, gen, tc.available)
 			if done != tc.done || failure != tc.failure {
 				t.Errorf("done %v, failure %q (progress %q); want %v, %q", done, failure, progress, tc.done, tc.failure)
 			}
