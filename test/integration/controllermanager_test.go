@@ -46,22 +46,29 @@ var controllerManager struct {
 func needControllerManager(t *testing.T) {
 	t.Helper()
 	controllerManager.once.Do(func() {
-		bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager")
-		cmd := exec.Command(bin,
-			"--kubeconfig", kubeconfig,
-			"--controllers", "deployment,replicaset,statefulset,daemonset",
-			"--leader-elect=false",
-			"--secure-port=0",
-			"--concurrent-deployment-syncs=2", "--concurrent-replicaset-syncs=2",
-		)
-		if os.Getenv("TEST_VERBOSE_LOGS") != "" {
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		}
+		cmd := controllerManagerCommand(kubeconfig)
 		controllerManager.cmd, controllerManager.err = cmd, cmd.Start()
 	})
 	if controllerManager.err != nil {
 		t.Fatalf("starting kube-controller-manager (make test builds it into KUBEBUILDER_ASSETS): %v", controllerManager.err)
 	}
+}
+
+// controllerManagerCommand runs the workload controllers against the
+// apiserver of kubeconfig.
+func controllerManagerCommand(kubeconfig string) *exec.Cmd {
+	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager")
+	cmd := exec.Command(bin,
+		"--kubeconfig", kubeconfig,
+		"--controllers", "deployment,replicaset,statefulset,daemonset",
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--concurrent-deployment-syncs=2", "--concurrent-replicaset-syncs=2",
+	)
+	if os.Getenv("TEST_VERBOSE_LOGS") != "" {
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	}
+	return cmd
 }
 
 func stopControllerManager() {

@@ -208,8 +208,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 				more = true
 				break
 			}
-			if r.move(ctx, view, sc, m) {
+			switch r.move(ctx, view, sc, m) {
+			case moved:
 				budget--
+			case toldNotInPlace:
+				more = true // its workload restarts on the next pass
 			}
 		}
 	}
@@ -415,11 +418,20 @@ func waiting(pod *corev1.Pod, sidecar string) string {
 	return strings.Join(out, ", ")
 }
 
-// move upgrades one pod in place, reporting whether it did.
-func (r *Reconciler) move(ctx context.Context, view *grants.View, sc *v1alpha1.Sidecar, m moving) bool {
+// moveResult is what became of one pod's move.
+type moveResult int
+
+const (
+	notMoved moveResult = iota
+	moved
+	toldNotInPlace
+)
+
+// move upgrades one pod in place, or tells why it cannot.
+func (r *Reconciler) move(ctx context.Context, view *grants.View, sc *v1alpha1.Sidecar, m moving) moveResult {
 	var live corev1.Pod
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m.pod), &live); err != nil {
-		return false
+		return notMoved
 	}
 	upgraded, err := view.Upgrade(&live, m.sidecar, m.target)
 	if errors.Is(err, inject.ErrNotInPlace) {
@@ -432,7 +444,7 @@ func (r *Reconciler) move(ctx context.Context, view *grants.View, sc *v1alpha1.S
 			r.tell(sc, &live, corev1.EventTypeWarning, ReasonNotUpgradableInPlace, msg)
 			r.Log.Info("not upgradable in place", "pod", live.Namespace+"/"+live.Name, "sidecar", m.sidecar, "from", m.from, "to", m.target, "reason", err.Error())
 		}
-		return false
+		return toldNotInPlace
 	}
 	if err == nil {
 		err = r.Client.Update(ctx, upgraded)
@@ -442,13 +454,13 @@ func (r *Reconciler) move(ctx context.Context, view *grants.View, sc *v1alpha1.S
 			actions.WithLabelValues(m.sidecar, ActionInPlace, "error").Inc()
 			r.Log.Error(err, "upgrading in place", "pod", live.Namespace+"/"+live.Name, "sidecar", m.sidecar)
 		}
-		return false
+		return notMoved
 	}
 	r.upgradedAt[movedKey(&live, m.sidecar, m.target)] = time.Now()
 	actions.WithLabelValues(m.sidecar, ActionInPlace, "ok").Inc()
 	r.tell(sc, upgraded, corev1.EventTypeNormal, ReasonUpgradedInPlace,
 		fmt.Sprintf("pod %s/%s upgraded in place from revision %s to %s of sidecar %q", live.Namespace, live.Name, m.from, m.target, m.sidecar))
-	return true
+	return moved
 }
 
 // tell records an Event on the Sidecar and one on the pod's workload (its
