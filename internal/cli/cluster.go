@@ -17,12 +17,16 @@ import (
 // rollout) reach a cluster.
 type clusterFlags struct {
 	kubeconfig, context, webhookConfigName string
+	// operatorNamespace is where the operator keeps the Sidecars' revisions.
+	operatorNamespace string
 }
 
 func (c *clusterFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; empty follows $KUBECONFIG, ~/.kube/config, then the in-cluster config")
 	f.StringVar(&c.context, "context", "", "kubeconfig context to use")
 	f.StringVar(&c.webhookConfigName, "webhook-config-name", webhookconfig.DefaultName, "MutatingWebhookConfiguration the operator keeps")
+	f.StringVar(&c.operatorNamespace, "operator-namespace", "sidecar-operator-system",
+		"where the operator keeps the Sidecars' revisions, of which a rollout may still serve an older one")
 }
 
 // config loads the client configuration the way kubectl does.
@@ -45,5 +49,5 @@ func (c *clusterFlags) client() (client.Client, error) {
 }
 
 func (c *clusterFlags) loader(cl client.Reader) *clusterstate.Loader {
-	return &clusterstate.Loader{Reader: cl, WebhookConfigName: c.webhookConfigName, PageSize: 500}
+	return &clusterstate.Loader{Reader: cl, WebhookConfigName: c.webhookConfigName, PageSize: 500, OperatorNamespace: c.operatorNamespace}
 }

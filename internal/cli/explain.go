@@ -24,6 +24,9 @@ type explained struct {
 	// Live is set for a stored pod: Inject then means the pod missed it.
 	Live         bool                 `json:"live"`
 	Explanations []inject.Explanation `json:"sidecars"`
+	// Rollout says, by Sidecar, where a RollingUpdate takes a live pod and
+	// what it did.
+	Rollout map[string][]string `json:"rollout,omitempty"`
 	// AdmissionChain is the mutating webhooks and policies the pod goes
 	// through; nil offline.
 	AdmissionChain *admissionchain.Chain `json:"admissionChain,omitempty"`
@@ -144,6 +147,12 @@ func newExplainPodCommand() *cobra.Command {
 			}
 			x := explained{Source: source, Namespace: namespace, Live: true, Explanations: snap.Engine.Explain(&pod, namespace, snap.NamespaceLabels),
 				AdmissionChain: chainReader(admissionchain.Load(cmd.Context(), c), snap)(namespace, pod.Labels)}
+			if x.Rollout, err = rolloutLines(cmd.Context(), c, snap, &pod); err != nil {
+				return err
+			}
+			if snap.HeldErr != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "Warning: the revisions Sidecars' rollouts hold:", snap.HeldErr)
+			}
 			if fleet.Finished(&pod) {
 				x.Source += " (finished: not counted)"
 			} else if why := snap.WebhookSkips(namespace, pod.Labels); why != "" {
@@ -198,6 +207,9 @@ func writeExplained(w io.Writer, output string, list []explained) error {
 			}
 			if l := e.TemplateLimits; l != nil {
 				fmt.Fprintf(w, "    template caps: %d bytes a parameter, %d bytes a rendered value, %d bytes all of a pod's\n", l.Parameter, l.Value, l.Pod)
+			}
+			for _, line := range x.Rollout[e.Sidecar] {
+				fmt.Fprintf(w, "    %s\n", line)
 			}
 		}
 		if x.AdmissionChain != nil {

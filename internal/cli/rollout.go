@@ -32,9 +32,8 @@ type rolloutOptions struct {
 	timeout       time.Duration
 	waitFor       string
 	// undo sets the Sidecar's spec back to its previous revision, kept in
-	// operatorNamespace, instead of restarting anything.
-	undo              bool
-	operatorNamespace string
+	// the operator's namespace, instead of restarting anything.
+	undo bool
 }
 
 func newRolloutCommand() *cobra.Command {
@@ -89,7 +88,6 @@ Pods without such a controller (bare pods, Jobs) are listed, not touched.`,
 	f.StringVar(&o.waitFor, "wait", "available", "wait until the new pods are created (updated) or also available (available)")
 	f.BoolVar(&o.undo, "undo", false,
 		"set the Sidecar's spec back to its previous revision (RollingUpdate then moves pods there, in place when only images differ)")
-	f.StringVar(&o.operatorNamespace, "operator-namespace", "sidecar-operator-system", "where the operator keeps the Sidecars' revisions (--undo)")
 	return cmd
 }
 

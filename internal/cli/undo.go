@@ -27,8 +27,8 @@ func (o *rolloutOptions) runUndo(ctx context.Context, c client.Client, w io.Writ
 		return fmt.Errorf("sidecar %q: %w", o.sidecar, err)
 	}
 	var list appsv1.ControllerRevisionList
-	if err := c.List(ctx, &list, client.InNamespace(o.operatorNamespace), client.MatchingLabels{v1alpha1.LabelSidecar: sc.Name}); err != nil {
-		return fmt.Errorf("the revisions of sidecar %q in %s: %w", sc.Name, o.operatorNamespace, err)
+	if err := c.List(ctx, &list, client.InNamespace(o.cluster.operatorNamespace), client.MatchingLabels{v1alpha1.LabelSidecar: sc.Name}); err != nil {
+		return fmt.Errorf("the revisions of sidecar %q in %s: %w", sc.Name, o.cluster.operatorNamespace, err)
 	}
 	kept := slices.DeleteFunc(list.Items, func(cr appsv1.ControllerRevision) bool {
 		return !slices.ContainsFunc(cr.OwnerReferences, func(ref metav1.OwnerReference) bool { return ref.UID == sc.UID })
@@ -38,7 +38,7 @@ func (o *rolloutOptions) runUndo(ctx context.Context, c client.Client, w io.Writ
 	at := slices.IndexFunc(kept, func(cr appsv1.ControllerRevision) bool { return cr.Name == revision.Name(sc.Name, now) })
 	if at < 0 || at+1 >= len(kept) {
 		return fmt.Errorf("sidecar %q: no revision kept before %s in %s (kubectl -n %s get controllerrevisions -l %s=%s)",
-			sc.Name, now, o.operatorNamespace, o.operatorNamespace, v1alpha1.LabelSidecar, sc.Name)
+			sc.Name, now, o.cluster.operatorNamespace, o.cluster.operatorNamespace, v1alpha1.LabelSidecar, sc.Name)
 	}
 	previous := &kept[at+1]
 	back := previous.Name[len(sc.Name)+1:]

@@ -1,10 +1,11 @@
 // Package clusterstate reads what the operator's tools judge from a cluster:
-// the Sidecars (compiled into an engine), namespace labels, the webhook
-// configuration, pods and the ReplicaSets that tie pods to Deployments.
+// the Sidecars (compiled into an engine, with the revisions their rollouts
+// hold), namespace labels, the webhook configuration and pods.
 package clusterstate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/revision"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
@@ -26,7 +28,8 @@ type Loader struct {
 	// Reader reads Sidecars, namespaces and pods: a direct client, or the
 	// manager's cache.
 	Reader client.Reader
-	// Live reads ReplicaSets and the webhook configuration; default Reader.
+	// Live reads the webhook configuration and the Sidecars' revisions;
+	// default Reader.
 	Live client.Reader
 	// WebhookConfigName defaults to webhookconfig.DefaultName.
 	WebhookConfigName string
@@ -36,6 +39,10 @@ type Loader struct {
 	// Cached says Reader is a cache: pods are read without a copy, and must
 	// not be changed.
 	Cached bool
+	// OperatorNamespace, when set, is where the Sidecars' revisions are
+	// kept: the engine then serves the revisions their rollouts hold, as
+	// the webhook does.
+	OperatorNamespace string
 }
 
 // Snapshot is the cluster as the engine sees it.
@@ -43,7 +50,10 @@ type Snapshot struct {
 	Sidecars []v1alpha1.Sidecar
 	Engine   *inject.Engine
 	// EngineErr names the Sidecars that do not compile and are left out.
-	EngineErr  error
+	EngineErr error
+	// HeldErr says which revisions that rollouts hold could not be read:
+	// for those Sidecars the engine serves the newest alone.
+	HeldErr    error
 	Namespaces map[string]map[string]string
 	// Webhook is nil when the configuration does not exist.
 	Webhook *admissionv1.MutatingWebhookConfiguration
@@ -55,7 +65,7 @@ type Snapshot struct {
 }
 
 // Load reads the Sidecars, namespaces and webhook configuration and, when
-// withPods, the pods and ReplicaSets of namespace ("" for all).
+// withPods, the pods of namespace ("" for all).
 func (l *Loader) Load(ctx context.Context, namespace string, withPods bool) (*Snapshot, error) {
 	live := l.Live
 	if live == nil {
@@ -66,7 +76,12 @@ func (l *Loader) Load(ctx context.Context, namespace string, withPods bool) (*Sn
 		return nil, fmt.Errorf("listing Sidecars: %w", err)
 	}
 	s := &Snapshot{Sidecars: sidecars.Items, Namespaces: map[string]map[string]string{}}
-	s.Engine, s.EngineErr = inject.New(sidecars.Items)
+	held, heldErr, err := l.held(ctx, live, sidecars.Items)
+	if err != nil {
+		return nil, err
+	}
+	s.HeldErr = heldErr
+	s.Engine, s.EngineErr = inject.NewServing(sidecars.Items, held)
 
 	var namespaces metav1.PartialObjectMetadataList
 	namespaces.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
@@ -115,6 +130,22 @@ func (l *Loader) Load(ctx context.Context, namespace string, withPods bool) (*Sn
 		}
 	}
 	return s, nil
+}
+
+// held reads the revisions the Sidecars' rollouts hold. One that cannot be
+// read, for want of the permission or the revision, is said in heldErr.
+func (l *Loader) held(ctx context.Context, live client.Reader, sidecars []v1alpha1.Sidecar) (held map[string]*inject.Held, heldErr, err error) {
+	if l.OperatorNamespace == "" {
+		return nil, nil, nil
+	}
+	held, skipped, err := revision.Held(ctx, live, l.OperatorNamespace, sidecars)
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("the newest revisions are judged: %w", err), nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("reading the Sidecars' revisions in %s: %w", l.OperatorNamespace, err)
+	}
+	return held, errors.Join(skipped...), nil
 }
 
 // NamespaceLabels is an inject.NamespaceLabelsFunc over the snapshot.

@@ -117,19 +117,40 @@ func (e *Engine) ContainerNamesAt(sidecar, revision string) ([]string, bool) {
 	return nil, false
 }
 
+// TargetReason says why a pod's target is the revision it is.
+type TargetReason string
+
+// Reasons of a target.
+const (
+	TargetNewest TargetReason = "the newest"
+	TargetPinned TargetReason = "pinned by the pod's annotation"
+	TargetHeld   TargetReason = "held by the partition"
+)
+
 // Target returns the revision of a Sidecar the webhook would give the pod
 // now: its pin, else the held one when the partition holds its workload,
 // else the newest. A rollout brings the pod there.
 func (e *Engine) Target(pod *corev1.Pod, sidecar string) (string, error) {
+	revision, _, err := e.TargetWhy(pod, sidecar)
+	return revision, err
+}
+
+// TargetWhy is Target, and why.
+func (e *Engine) TargetWhy(pod *corev1.Pod, sidecar string) (string, TargetReason, error) {
 	c := e.byName[sidecar]
 	if c == nil {
-		return "", fmt.Errorf("sidecar %q does not exist", sidecar)
+		return "", "", fmt.Errorf("sidecar %q does not exist", sidecar)
 	}
 	// served reads the pod's metadata alone: no view of its containers.
 	var p plan
 	sc, ok := p.served(c, &PodView{Metadata: metadataOf(pod)}, pod.Namespace)
-	if !ok {
-		return "", errors.New(p.denials[0])
+	switch {
+	case !ok:
+		return "", "", errors.New(p.denials[0])
+	case pod.Annotations[c.pinKey] != "":
+		return sc.revision, TargetPinned, nil
+	case sc != c:
+		return sc.revision, TargetHeld, nil
 	}
-	return sc.revision, nil
+	return sc.revision, TargetNewest, nil
 }

@@ -272,7 +272,7 @@ func addFleetControllers(
 	return (&rollout.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.All,
 		NamespaceLabels: nsLabels, Excluded: webhookconfig.NewServing(mutating).Excludes(nsLabels),
-		Events: mgr.GetEventRecorder("sidecar-operator-rollout"), Log: log.WithName("rollout"),
+		Events: mgr.GetEventRecorder(rollout.ReportingController), Log: log.WithName("rollout"),
 	}).SetupWithManager(mgr)
 }
 

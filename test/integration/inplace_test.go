@@ -95,6 +95,11 @@ func TestUpgradeInPlace(t *testing.T) {
 		})
 	}
 
+	out, err := runCLI(t, "explain", "pod", ns+"/"+pods[0].Name, "--operator-namespace", operatorNamespace)
+	if err != nil || !strings.Contains(out, "rollout: at its target revision") || !strings.Contains(out, rollout.ReasonUpgradedInPlace+": pod "+ns+"/"+pods[0].Name+" upgraded in place from revision ") {
+		t.Errorf("explain pod after its upgrade in place: %v\n%s", err, out)
+	}
+
 	// The tenant may update pods, but not their sidecars' images...
 	victim, donor := pods[0], pods[1]
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(victim), victim); err != nil {

@@ -71,6 +71,10 @@ func TestRestartWhenNotInPlace(t *testing.T) {
 	if restartedAt(t, ns, second) != "" {
 		t.Fatalf("%s was restarted while %s's new pod is not available", second, first)
 	}
+	if out := explainLive(t, ns, second); !strings.Contains(out, "rollout: not upgradable in place: ") || !strings.Contains(out, "env") ||
+		!strings.Contains(out, "to "+target+" (the newest): its workload is restarted") {
+		t.Errorf("explain pod of %s, waiting for its restart:\n%s", second, out)
+	}
 	wantRestartEvent(t, ns, first, "env")
 	markReady(t, ns, first)
 	eventually(t, 60*time.Second, func() error {
@@ -80,12 +84,38 @@ func TestRestartWhenNotInPlace(t *testing.T) {
 		return nil
 	})
 	markReady(t, ns, second)
+	if out := explainLive(t, ns, first); !strings.Contains(out, "rollout: at its target revision "+target) ||
+		!strings.Contains(out, rollout.ReasonRestarted+": Deployment "+ns+"/"+first+" restarted for revision "+target) {
+		t.Errorf("explain pod of %s, restarted:\n%s", first, out)
+	}
 	sidecarStatus(t, sc.Name, func(s v1alpha1.SidecarStatus) error {
 		if s.CurrentRevision != target || s.InjectedPods != 2 || s.OutdatedPods != 0 {
 			return fmt.Errorf("current %s, injected %d, outdated %d; want 2 at %s", s.CurrentRevision, s.InjectedPods, s.OutdatedPods, target)
 		}
 		return nil
 	})
+}
+
+// explainLive explains a live pod of the workload whose pods are named
+// after it.
+func explainLive(t *testing.T, ns, workloadName string) string {
+	t.Helper()
+	var pods corev1.PodList
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp.IsZero() && strings.HasPrefix(p.Name, workloadName+"-") {
+			out, err := runCLI(t, "explain", "pod", ns+"/"+p.Name, "--operator-namespace", operatorNamespace)
+			if err != nil {
+				t.Fatalf("explain pod %s: %v\n%s", p.Name, err, out)
+			}
+			t.Logf("%s", out)
+			return out
+		}
+	}
+	t.Fatalf("no pod of %s in %s", workloadName, ns)
+	return ""
 }
 
 // podsAt counts the Deployment's live pods whose record is at revision.

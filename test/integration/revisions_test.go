@@ -222,6 +222,9 @@ func TestPartitionHoldsTheHashedHalf(t *testing.T) {
 	}
 	restart(names...)
 	wantImages(map[string]string{held[0]: v1, held[1]: v1, moved[0]: v2, moved[1]: v2})
+	if out := explainLive(t, ns, held[0]); !strings.Contains(out, "rollout: at its target revision "+a+" (held by the partition)") {
+		t.Errorf("explain pod of a held workload:\n%s", out)
+	}
 
 	// A pin asks for either served revision, and for no other.
 	pinned := func(revision string) *corev1.Pod {

@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -102,9 +101,12 @@ func (b *Builder) rebuild(ctx context.Context) error {
 	}
 	// A Sidecar being deleted injects no more pods.
 	live := slices.DeleteFunc(list.Items, func(sc v1alpha1.Sidecar) bool { return !sc.DeletionTimestamp.IsZero() })
-	held, err := b.held(ctx, live)
+	held, skipped, err := revision.Held(ctx, b.client, b.namespace, live)
 	if err != nil {
 		return err
+	}
+	for _, why := range skipped {
+		b.log.Info(why.Error())
 	}
 	e, err := inject.NewServing(live, held)
 	builds.Inc()
@@ -115,36 +117,6 @@ func (b *Builder) rebuild(ctx context.Context) error {
 	b.engines.Store(e)
 	b.log.V(1).Info("injection engine rebuilt", "sidecars", e.Names())
 	return nil
-}
-
-// held reads, for each Sidecar whose rollout serves an older revision
-// beside its newest, that revision's spec from its ControllerRevision. One
-// that is missing or keeps another spec is reported and not served.
-func (b *Builder) held(ctx context.Context, sidecars []v1alpha1.Sidecar) (map[string]*inject.Held, error) {
-	out := map[string]*inject.Held{}
-	for i := range sidecars {
-		sc := &sidecars[i]
-		current := sc.Status.CurrentRevision
-		if !sc.Spec.Rolling() || current == "" || current == inject.Revision(&sc.Spec) {
-			continue
-		}
-		var cr appsv1.ControllerRevision
-		err := b.client.Get(ctx, types.NamespacedName{Namespace: b.namespace, Name: revision.Name(sc.Name, current)}, &cr)
-		if apierrors.IsNotFound(err) {
-			b.log.Info("the current revision is not kept: the newest is served", "sidecar", sc.Name, "revision", current)
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		spec, err := revision.Spec(&cr, sc.Name, current)
-		if err != nil {
-			b.log.Error(err, "the current revision is not served", "sidecar", sc.Name)
-			continue
-		}
-		out[sc.Name] = &inject.Held{Spec: *spec, Partition: sc.Status.PartitionHash}
-	}
-	return out, nil
 }
 
 // everyReplica is a runnable that runs whether or not this replica leads.

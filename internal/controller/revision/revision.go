@@ -64,6 +64,37 @@ type Reconciler struct {
 	Log       logr.Logger
 }
 
+// Held reads, for each Sidecar whose rollout serves an older revision
+// beside its newest, that revision's spec from its ControllerRevision in
+// namespace. One that is missing or keeps another spec is not served, and
+// said in skipped.
+func Held(ctx context.Context, c client.Reader, namespace string, sidecars []v1alpha1.Sidecar) (held map[string]*inject.Held, skipped []error, err error) {
+	held = map[string]*inject.Held{}
+	for i := range sidecars {
+		sc := &sidecars[i]
+		current := sc.Status.CurrentRevision
+		if !sc.Spec.Rolling() || current == "" || current == inject.Revision(&sc.Spec) {
+			continue
+		}
+		var cr appsv1.ControllerRevision
+		err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: Name(sc.Name, current)}, &cr)
+		if apierrors.IsNotFound(err) {
+			skipped = append(skipped, fmt.Errorf("sidecar %q: the current revision %s is not kept: the newest is served", sc.Name, current))
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		spec, err := Spec(&cr, sc.Name, current)
+		if err != nil {
+			skipped = append(skipped, fmt.Errorf("sidecar %q: the current revision is not served: %w", sc.Name, err))
+			continue
+		}
+		held[sc.Name] = &inject.Held{Spec: *spec, Partition: sc.Status.PartitionHash}
+	}
+	return held, skipped, nil
+}
+
 // SetupWithManager runs on the leader, one Sidecar per request.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	bySidecar := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {

@@ -64,6 +64,8 @@ const (
 	FieldManager = "sidecar-operator-rollout"
 	// DefaultProgressDeadline is updateStrategy.progressDeadlineSeconds' default.
 	DefaultProgressDeadline = 300 * time.Second
+	// ReportingController is the Events' reporter.
+	ReportingController = "sidecar-operator-rollout"
 	// ReasonUpgradedInPlace and ReasonNotUpgradableInPlace are the Events'.
 	ReasonUpgradedInPlace      = "UpgradedInPlace"
 	ReasonNotUpgradableInPlace = "NotUpgradableInPlace"
