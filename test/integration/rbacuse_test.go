@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -39,6 +40,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/inventory"
 	"github.com/sidecar-operator/sidecar-operator/internal/manager"
+	"github.com/sidecar-operator/sidecar-operator/internal/restart"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
@@ -368,6 +370,47 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 	})
 }
 
+// createMissedWorkloads creates a Deployment, a StatefulSet and a
+// DaemonSet of pods labelled labels, and a pod of each as its controller
+// would (there is none here).
+func createMissedWorkloads(t *testing.T, c client.Client, ns string, labels map[string]string) []client.Object {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}}); err != nil {
+		t.Fatal(err)
+	}
+	selector := &metav1.LabelSelector{MatchLabels: labels}
+	template := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+	workloads := []client.Object{
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: appsv1.DeploymentSpec{Selector: selector, Template: template}},
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, Spec: appsv1.StatefulSetSpec{Selector: selector, Template: template}},
+		&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "node-agent"}, Spec: appsv1.DaemonSetSpec{Selector: selector, Template: template}},
+	}
+	for _, w := range workloads {
+		if err := c.Create(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		gvk, err := c.GroupVersionKindFor(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owner, name, podLabels := metav1.NewControllerRef(w, gvk), w.GetName()+"-0", maps.Clone(labels)
+		if gvk.Kind == "Deployment" {
+			const hash = "5d8f7c9b4"
+			owner = &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: w.GetName() + "-" + hash, UID: "5d8f7c9b-0000-0000-0000-000000000000", Controller: new(true)}
+			name, podLabels[appsv1.DefaultDeploymentUniqueLabelKey] = w.GetName()+"-"+hash+"-x1", hash
+		}
+		owner.BlockOwnerDeletion = nil
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: podLabels, OwnerReferences: []metav1.OwnerReference{*owner}},
+			Spec: template.Spec}
+		if err := c.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return workloads
+}
+
 // runGrantingWorkload drives, as the admin of c, what the operator grants
 // for: a Sidecar with rules, cluster rules and a pull secret, a pod it
 // injects in a namespace it selects, a change of its rules and of the pull
@@ -390,6 +433,9 @@ func runGrantingWorkload(t *testing.T, c client.Client, adminURL, webhookMetrics
 		ClusterRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}}})
 	sc.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: app}}
 	sc.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: operatorNamespace, Name: "regcred"}
+	// Workloads whose pods predate the Sidecar, so missed it: the rolling
+	// change below restarts them.
+	missedWorkloads := createMissedWorkloads(t, c, app, map[string]string{"app": sc.Name})
 	if err := c.Create(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
@@ -459,6 +505,19 @@ func runGrantingWorkload(t *testing.T, c client.Client, adminURL, webhookMetrics
 		var old appsv1.ControllerRevision
 		if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: sc.Name + "-" + before}, &old); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("revision %s still kept: %v", before, err)
+		}
+		return nil
+	})
+
+	// A dry-run pod of each, and then each restarted (get and patch).
+	eventually(t, 30*time.Second, func() error {
+		for _, w := range missedWorkloads {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+				return err
+			}
+			if restart.Template(w).Annotations[restart.AnnotationRestartedAt] == "" {
+				return fmt.Errorf("%T %s not restarted", w, w.GetName())
+			}
 		}
 		return nil
 	})

@@ -110,7 +110,6 @@ func explainLive(t *testing.T, ns, workloadName string) string {
 			if err != nil {
 				t.Fatalf("explain pod %s: %v\n%s", p.Name, err, out)
 			}
-			t.Logf("%s", out)
 			return out
 		}
 	}
