@@ -23,7 +23,8 @@ import (
 // reaches running pods by an update of their images and records, as the
 // operator, for regular and native sidecars alike: each pod keeps its UID
 // and its record verifies. An env change is not made in place, and an
-// Event says why. A tenant who may update pods cannot take the in-place
+// Event says why; the pods are bare, so no restart replaces them, and an
+// Event on each says so. A tenant who may update pods cannot take the in-place
 // path: neither an image change nor an upgraded record copied from another
 // pod is admitted.
 func TestUpgradeInPlace(t *testing.T) {
@@ -167,6 +168,20 @@ func TestUpgradeInPlace(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("no %s Event naming env among %d", rollout.ReasonNotUpgradableInPlace, len(list.Items))
+	})
+	// A bare pod: no restart replaces it; the operator says so, on the pod.
+	eventually(t, 30*time.Second, func() error {
+		var list eventsv1.EventList
+		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Reason == rollout.ReasonNotRestartable && e.Regarding.Kind == "Pod" && strings.HasPrefix(e.Regarding.Name, "ip-native-") &&
+				strings.Contains(e.Note, "delete the pod") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s Event on a bare pod among %d", rollout.ReasonNotRestartable, len(list.Items))
 	})
 	p := pods[2]
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {

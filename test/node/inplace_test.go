@@ -3,24 +3,28 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/rollout"
 )
 
 // A RollingUpdate of a Sidecar's image reaches a running Deployment of 3
 // in place, for a native sidecar and for a regular one: each pod keeps its
 // UID, its app container neither restarts nor starts again, the sidecar
 // runs the new image and says so in its log, and every record
-// verifies (none unverified in the Sidecar's status).
+// verifies (none unverified in the Sidecar's status). Then, for the native
+// one, an env change restarts the Deployment instead, and says why.
 func TestSidecarUpgradedInPlace(t *testing.T) {
 	t.Parallel()
 	requireNode(t)
@@ -106,6 +110,69 @@ func upgradeInPlace(t *testing.T, name string, native bool) {
 		}
 		return nil
 	})
+
+	if native {
+		restartedForEnv(t, ns, name, before)
+	}
+}
+
+// restartedForEnv: an env change of the Sidecar cannot be made in place,
+// so the operator restarts the Deployment: its pods are replaced by pods
+// that run the new revision, with the env, and an Event on the Deployment
+// says why.
+func restartedForEnv(t *testing.T, ns, name string, before map[string]corev1.Pod) {
+	ctx := context.Background()
+	start := time.Now()
+	updateSidecar(t, name, func(s *v1alpha1.Sidecar) { s.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "MODE", Value: "fast"}} })
+	want := currentRevision(t, name)
+	eventually(t, 3*time.Minute, "3 new pods at the env change's revision, running and ready", func() error {
+		var list corev1.PodList
+		if err := k8s.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{"app": "web"}); err != nil {
+			return err
+		}
+		pods := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+		if len(pods) != 3 {
+			return fmt.Errorf("%d pods: %s", len(pods), describePods(pods))
+		}
+		for _, p := range pods {
+			rec, _ := record(&p, name)
+			switch {
+			case slices.ContainsFunc(keys(before), func(n string) bool { return before[n].UID == p.UID }):
+				return fmt.Errorf("pod %s is not replaced yet", p.Name)
+			case rec.Revision != want || notReady(p):
+				return fmt.Errorf("pod %s: revision %s (want %s), %s", p.Name, rec.Revision, want, describePods([]corev1.Pod{p}))
+			}
+			if c := sidecarContainer(&p, name); c == nil || len(c.Env) == 0 || c.Env[len(c.Env)-1].Value != "fast" {
+				return fmt.Errorf("pod %s: the sidecar has no MODE=fast: %+v", p.Name, c)
+			}
+		}
+		return nil
+	})
+	t.Logf("%s: an env change restarted Deployment %s/web in %s", name, ns, time.Since(start).Round(100*time.Millisecond))
+	eventually(t, 30*time.Second, "a Restarted Event on the Deployment naming env", func() error {
+		var list eventsv1.EventList
+		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Reason == rollout.ReasonRestarted && e.Regarding.Kind == "Deployment" && e.Regarding.Name == "web" && strings.Contains(e.Note, "env") {
+				t.Logf("Event on Deployment %s/web: %s: %s", ns, e.Reason, e.Note)
+				return nil
+			}
+		}
+		return fmt.Errorf("none among %d Events", len(list.Items))
+	})
+}
+
+func sidecarContainer(p *corev1.Pod, name string) *corev1.Container {
+	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
+		}
+	}
+	return nil
 }
 
 func sidecarStatus(p *corev1.Pod, name string) (corev1.ContainerStatus, bool) {

@@ -218,7 +218,7 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, sc *v1alpha1.Sidecar,
 			p.halted[sc.Name] = true
 			if _, said := r.restarts.blockedWhy[sc.Name]; !said {
 				r.Log.Info(h.blocked, "sidecar", sc.Name)
-				r.Events.Eventf(sc, c.pod, corev1.EventTypeWarning, ReasonInjectionUnconfirmed, "Restart", "%s", h.blocked)
+				r.tellWorkload(sc, ref, obj, c.pod, corev1.EventTypeWarning, ReasonInjectionUnconfirmed, h.blocked)
 			}
 			r.restarts.blockedUntil[sc.Name], r.restarts.blockedWhy[sc.Name] = time.Now().Add(blockedRetry), h.blocked
 			actions.WithLabelValues(sc.Name, ActionRestart, "blocked").Inc()
