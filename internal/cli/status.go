@@ -65,9 +65,9 @@ func writeJSON(w io.Writer, v any) error {
 
 func writeStatusTable(w io.Writer, status *clusterstate.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SIDECAR\tREVISION\tMATCHED\tINJECTED\tOUTDATED\tMISSED\tNAMESPACES")
+	fmt.Fprintln(tw, "SIDECAR\tCURRENT\tUPDATE\tMATCHED\tINJECTED\tOUTDATED\tMISSED\tNAMESPACES")
 	for _, r := range status.Sidecars {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", r.Name, r.Revision, r.Matched, r.Injected, r.Outdated, r.Missed, r.Namespaces)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", r.Name, r.CurrentRevision, r.Revision, r.Matched, r.Injected, r.Outdated, r.Missed, r.Namespaces)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "WORKLOAD\tPODS\tSIDECARS")

@@ -201,8 +201,11 @@ func (s *Snapshot) Summary() *fleet.Summary {
 
 // SidecarRow is one Sidecar's line of status.
 type SidecarRow struct {
-	Name       string `json:"name"`
-	Revision   string `json:"revision"`
+	Name string `json:"name"`
+	// Revision is the newest (status.updateRevision); CurrentRevision what
+	// a pod gets unless a RollingUpdate's partition or a pin says otherwise.
+	Revision        string `json:"revision"`
+	CurrentRevision string `json:"currentRevision"`
 	Matched    int32  `json:"matched"`
 	Injected   int32  `json:"injected"`
 	Outdated   int32  `json:"outdated"`
@@ -223,11 +226,21 @@ func (s *Snapshot) Status() *Status {
 	if out.Workloads == nil {
 		out.Workloads = []fleet.Workload{}
 	}
+	current := map[string]string{}
+	for i := range s.Sidecars {
+		if sc := &s.Sidecars[i]; sc.Spec.Rolling() {
+			current[sc.Name] = sc.Status.CurrentRevision
+		}
+	}
 	for _, name := range s.Engine.Names() {
 		c := summary.Sidecars[name]
 		rev, _ := s.Engine.Revision(name)
+		cur := current[name]
+		if cur == "" {
+			cur = rev // OnDelete: the newest at once
+		}
 		out.Sidecars = append(out.Sidecars, SidecarRow{
-			Name: name, Revision: rev,
+			Name: name, Revision: rev, CurrentRevision: cur,
 			Matched: c.Matched, Injected: c.Injected, Outdated: c.Outdated, Missed: c.Missed,
 			Namespaces: c.Namespaces.Len(),
 		})

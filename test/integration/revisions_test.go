@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -224,6 +225,9 @@ func TestPartitionHoldsTheHashedHalf(t *testing.T) {
 	wantImages(map[string]string{held[0]: v1, held[1]: v1, moved[0]: v2, moved[1]: v2})
 	if out := explainLive(t, ns, held[0]); !strings.Contains(out, "rollout: at its target revision "+a+" (held by the partition)") {
 		t.Errorf("explain pod of a held workload:\n%s", out)
+	}
+	if out, err := runCLI(t, "status", "-n", ns); err != nil || !regexp.MustCompile(`(?m)^`+sc.Name+` +`+a+` +`+b+` `).MatchString(out) {
+		t.Errorf("status shows the current and the update revision, %s and %s: %v\n%s", a, b, err, out)
 	}
 
 	// A pin asks for either served revision, and for no other.
