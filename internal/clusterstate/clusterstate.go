@@ -206,11 +206,11 @@ type SidecarRow struct {
 	// a pod gets unless a RollingUpdate's partition or a pin says otherwise.
 	Revision        string `json:"revision"`
 	CurrentRevision string `json:"currentRevision"`
-	Matched    int32  `json:"matched"`
-	Injected   int32  `json:"injected"`
-	Outdated   int32  `json:"outdated"`
-	Missed     int32  `json:"missed"`
-	Namespaces int    `json:"namespaces"`
+	Matched         int32  `json:"matched"`
+	Injected        int32  `json:"injected"`
+	Outdated        int32  `json:"outdated"`
+	Missed          int32  `json:"missed"`
+	Namespaces      int    `json:"namespaces"`
 }
 
 // Status is the fleet as `sidecar-operator status` and /admin/v1/sidecars show it.
