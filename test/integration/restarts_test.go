@@ -37,7 +37,8 @@ import (
 // update in place can make, restarts the Deployments instead, one at a time
 // (maxUnavailable 1), the lowest rank first; the next waits until the
 // first's new pods are available. Each restart is an Event on the
-// Deployment naming why, and the new pods carry the new revision.
+// Deployment naming why, and the new pods carry the new revision. Of each
+// Deployment's two pods, one is read and told of: the restart replaces both.
 func TestRestartWhenNotInPlace(t *testing.T) {
 	needControllerManager(t)
 	ctx := context.Background()
@@ -47,12 +48,12 @@ func TestRestartWhenNotInPlace(t *testing.T) {
 	ns := createNamespace(t, nil)
 	names := []string{"alpha", "beta"}
 	for _, name := range names {
-		if err := k8s.Create(ctx, deployment(ns, name, 1, map[string]string{"rs-logger": "on"})); err != nil {
+		if err := k8s.Create(ctx, deployment(ns, name, 2, map[string]string{"rs-logger": "on"})); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, name := range names {
-		wantWorkload(t, ns, name, fleet.WorkloadSidecar{Name: "rs-logger", Current: 1})
+		wantWorkload(t, ns, name, fleet.WorkloadSidecar{Name: "rs-logger", Current: 2})
 	}
 	slices.SortFunc(names, func(a, b string) int {
 		return strings.Compare(workload.Rank(workload.Ref{Kind: "Deployment", Namespace: ns, Name: a}),
@@ -63,7 +64,7 @@ func TestRestartWhenNotInPlace(t *testing.T) {
 	updateSidecar(t, sc, func(s *v1alpha1.Sidecar) { s.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "MODE", Value: "fast"}} })
 	target := inject.Revision(&sc.Spec)
 	eventually(t, 60*time.Second, func() error {
-		if podsAt(t, ns, first, target) != 1 {
+		if podsAt(t, ns, first, target) != 2 {
 			return fmt.Errorf("%s has no pod at %s yet", first, target)
 		}
 		return nil
@@ -78,7 +79,7 @@ func TestRestartWhenNotInPlace(t *testing.T) {
 	wantRestartEvent(t, ns, first, "env")
 	markReady(t, ns, first)
 	eventually(t, 60*time.Second, func() error {
-		if podsAt(t, ns, second, target) != 1 {
+		if podsAt(t, ns, second, target) != 2 {
 			return fmt.Errorf("%s has no pod at %s yet", second, target)
 		}
 		return nil
@@ -89,11 +90,26 @@ func TestRestartWhenNotInPlace(t *testing.T) {
 		t.Errorf("explain pod of %s, restarted:\n%s", first, out)
 	}
 	sidecarStatus(t, sc.Name, func(s v1alpha1.SidecarStatus) error {
-		if s.CurrentRevision != target || s.InjectedPods != 2 || s.OutdatedPods != 0 {
-			return fmt.Errorf("current %s, injected %d, outdated %d; want 2 at %s", s.CurrentRevision, s.InjectedPods, s.OutdatedPods, target)
+		if s.CurrentRevision != target || s.InjectedPods != 4 || s.OutdatedPods != 0 {
+			return fmt.Errorf("current %s, injected %d, outdated %d; want 4 at %s", s.CurrentRevision, s.InjectedPods, s.OutdatedPods, target)
 		}
 		return nil
 	})
+	// One pod of each Deployment was read and found not movable; its
+	// other pod was left to the restart.
+	var list eventsv1.EventList
+	if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	told := map[string]int{}
+	for _, e := range list.Items {
+		if e.Reason == rollout.ReasonNotUpgradableInPlace {
+			told[e.Regarding.Name[:strings.Index(e.Regarding.Name, "-")]]++
+		}
+	}
+	if told[first] != 1 || told[second] != 1 {
+		t.Errorf("NotUpgradableInPlace Events by Deployment: %v; want one each", told)
+	}
 }
 
 // explainLive explains a live pod of the workload whose pods are named

@@ -150,6 +150,7 @@ func readiness(pod *corev1.Pod) []string {
 // moving is one pod a Sidecar's rollout acts on.
 type moving struct {
 	pod           *corev1.Pod
+	workload      workload.Ref
 	sidecar, from string
 	target        string
 }
@@ -206,6 +207,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 		budget -= p.inFlight[name]
 		for _, m := range pods {
+			if p.restart[name][m.workload] != nil {
+				continue // its workload restarts: one pod of it told why
+			}
 			if budget <= 0 {
 				more = true
 				break
@@ -214,7 +218,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			case moved:
 				budget--
 			case toldNotInPlace:
-				more = true // its workload restarts on the next pass
+				// Its workload restarts on the next pass, and its other pods are not read.
+				p.needsRestart(name, m.workload, m.pod, m.target, "not upgradable in place: "+r.told[movedKey(m.pod, name, m.target)])
+				more = true
 			}
 		}
 	}
@@ -321,7 +327,7 @@ func (r *Reconciler) survey(view *grants.View, rolling map[string]*v1alpha1.Side
 				// An unverified record is never signed anew; verified only
 				// here, since every pass sees every pod.
 			default:
-				p.todo[rec.Name] = append(p.todo[rec.Name], moving{pod: pod, sidecar: rec.Name, from: rec.Revision, target: target})
+				p.todo[rec.Name] = append(p.todo[rec.Name], moving{pod: pod, workload: *ref, sidecar: rec.Name, from: rec.Revision, target: target})
 			}
 		}
 		if r.Excluded(pod.Namespace) {
