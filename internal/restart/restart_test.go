@@ -68,3 +68,26 @@ func TestProgress(t *testing.T) {
 		})
 	}
 }
+
+// TestReplacesNothing: a restart replaces no pod of a paused Deployment or
+// of an OnDelete StatefulSet or DaemonSet, and every pod otherwise.
+func TestReplacesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		obj  client.Object
+		want string
+	}{
+		{&appsv1.Deployment{}, ""},
+		{&appsv1.Deployment{Spec: appsv1.DeploymentSpec{Paused: true}}, "the Deployment is paused"},
+		{&appsv1.StatefulSet{}, ""},
+		{&appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}}}, "its updateStrategy is OnDelete"},
+		{&appsv1.DaemonSet{}, ""},
+		{&appsv1.DaemonSet{Spec: appsv1.DaemonSetSpec{UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}}}, "its updateStrategy is OnDelete"},
+	} {
+		if got := ReplacesNothing(tc.obj); got != tc.want {
+			t.Errorf("%T %+v: %q, want %q", tc.obj, tc.obj, got, tc.want)
+		}
+	}
+	if New("Job") != nil || New("Pod") != nil || New("Deployment") == nil {
+		t.Error("New: a Job or a bare pod is not restartable, a Deployment is")
+	}
+}
