@@ -232,7 +232,7 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 	for _, sc := range e.sidecars {
 		if statusHas(existing, sc.name) {
 			if p.trace != nil {
-				p.trace.present(sc.name, existing)
+				p.trace.present(sc, existing)
 			}
 			continue
 		}

@@ -137,7 +137,8 @@ func (t *tracer) all(v Verdict, reason string) {
 	}
 }
 
-func (t *tracer) present(sidecar string, status *v1alpha1.InjectionStatus) {
+func (t *tracer) present(sc *compiledSidecar, status *v1alpha1.InjectionStatus) {
+	sidecar := sc.name
 	x := t.byName[sidecar]
 	for _, r := range status.Sidecars {
 		if r.Name == sidecar {
@@ -146,6 +147,11 @@ func (t *tracer) present(sidecar string, status *v1alpha1.InjectionStatus) {
 	}
 	if x.InjectedRevision == x.Revision {
 		t.verdict(sidecar, VerdictCurrent, fmt.Sprintf("annotation %s records it at the current revision %s", v1alpha1.AnnotationStatus, x.Revision))
+		return
+	}
+	if sc.held != nil && x.InjectedRevision == sc.held.revision {
+		t.verdict(sidecar, VerdictOutdated, fmt.Sprintf("annotation %s records revision %s, which the rollout still serves beside the newest, %s",
+			v1alpha1.AnnotationStatus, x.InjectedRevision, x.Revision))
 		return
 	}
 	t.verdict(sidecar, VerdictOutdated, fmt.Sprintf("annotation %s records revision %s; the current one is %s: restart the workload to update it",

@@ -223,7 +223,8 @@ func TestPartitionHoldsTheHashedHalf(t *testing.T) {
 	}
 	restart(names...)
 	wantImages(map[string]string{held[0]: v1, held[1]: v1, moved[0]: v2, moved[1]: v2})
-	if out := explainLive(t, ns, held[0]); !strings.Contains(out, "rollout: at its target revision "+a+" (held by the partition)") {
+	if out := explainLive(t, ns, held[0]); !strings.Contains(out, "rollout: at its target revision "+a+" (held by the partition)") ||
+		!strings.Contains(out, "records revision "+a+", which the rollout still serves beside the newest, "+b) {
 		t.Errorf("explain pod of a held workload:\n%s", out)
 	}
 	if out, err := runCLI(t, "status", "-n", ns); err != nil || !regexp.MustCompile(`(?m)^`+sc.Name+` +`+a+` +`+b+` `).MatchString(out) {
