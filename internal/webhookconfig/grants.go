@@ -185,17 +185,14 @@ func grantVariables(namespace string) []admissionv1.Variable {
 		{Name: "restart", Expression: fmt.Sprintf("!(request.namespace in ['%[1]s', '%[2]s']) && "+
 			"object.metadata.?labels == oldObject.metadata.?labels && "+
 			// The apiserver counts a DaemonSet's template changes in this annotation.
-			"object.metadata.?annotations.orValue({}).all(k, k == '%[5]s' || oldObject.metadata.?annotations[?k] == object.metadata.?annotations[?k]) && "+
-			"oldObject.metadata.?annotations.orValue({}).all(k, k in object.metadata.?annotations.orValue({})) && "+
+			"%[5]s && "+
 			"object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && object.metadata.?finalizers == oldObject.metadata.?finalizers && "+
 			"object.spec.template.spec == oldObject.spec.template.spec && "+
 			"object.spec.template.metadata.?labels == oldObject.spec.template.metadata.?labels && "+
 			"object.spec.template.metadata.?finalizers == oldObject.spec.template.metadata.?finalizers && "+
-			"object.spec.template.metadata.?annotations.orValue({}).all(k, k == '%[3]s' || "+
-			"oldObject.spec.template.metadata.?annotations[?k] == object.spec.template.metadata.?annotations[?k]) && "+
-			"oldObject.spec.template.metadata.?annotations.orValue({}).all(k, k in object.spec.template.metadata.?annotations.orValue({})) && "+
-			"%[4]s",
-			metav1.NamespaceSystem, namespace, restart.AnnotationRestartedAt, workloadFieldsKept(), appsv1.DeprecatedTemplateGeneration)},
+			"%[3]s && %[4]s",
+			metav1.NamespaceSystem, namespace, annotationsKeptBut("spec.template.metadata", restart.AnnotationRestartedAt), workloadFieldsKept(),
+			annotationsKeptBut("metadata", appsv1.DeprecatedTemplateGeneration))},
 		{Name: "rbac", Expression: fmt.Sprintf("request.resource.group == '%s'", rbacv1.GroupName)},
 		{Name: "binding", Expression: "variables.rbac && request.resource.resource in ['rolebindings', 'clusterrolebindings']"},
 		// The object written (for a delete, the one deleted), and the one it replaces.
@@ -307,6 +304,13 @@ func grantValidations(namespace string) []admissionv1.Validation {
 
 // quotedCEL is s as a raw CEL string literal, triple double-quoted: s
 // holds no double quote.
+// annotationsKeptBut says that the annotations at path (of object and
+// oldObject) are the same but for key.
+func annotationsKeptBut(path, key string) string {
+	return fmt.Sprintf("object.%[1]s.?annotations.orValue({}).all(k, k == '%[2]s' || oldObject.%[1]s.?annotations[?k] == object.%[1]s.?annotations[?k]) && "+
+		"oldObject.%[1]s.?annotations.orValue({}).all(k, k == '%[2]s' || k in object.%[1]s.?annotations.orValue({}))", path, key)
+}
+
 // workloadFieldsKept compares every spec field of Deployments,
 // StatefulSets and DaemonSets but the pod template.
 func workloadFieldsKept() string {

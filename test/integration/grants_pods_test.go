@@ -136,6 +136,7 @@ func TestAttackControllerTokenRestartsOnly(t *testing.T) {
 		{"a Deployment's strategy", patch(deploy, `{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}`), restartOnly},
 		{"a DaemonSet's update strategy", patch(daemons, `{"spec":{"updateStrategy":{"type":"OnDelete","rollingUpdate":null}}}`), restartOnly},
 		{"a Deployment's labels", patch(deploy, `{"metadata":{"labels":{"owned":"yes"}}}`), restartOnly},
+		{"a Deployment's annotations", patch(deploy, `{"metadata":{"annotations":{"owned":"yes"}}}`), restartOnly},
 		{"a pod template's other annotation", patch(deploy, `{"spec":{"template":{"metadata":{"annotations":{"`+
 			v1alpha1.AnnotationRevisionPrefix+`gp-logger":"old"}}}}}`), restartOnly},
 		{"a pod template's labels", patch(deploy, `{"spec":{"template":{"metadata":{"labels":{"app":"victim","sidecar":"on"}}}}}`), restartOnly},
