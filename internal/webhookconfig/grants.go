@@ -73,6 +73,12 @@ func GrantPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, *adm
 						APIGroups: []string{""}, APIVersions: []string{"*"},
 						Resources: []string{podsResource, "pods/status", "pods/ephemeralcontainers"}, Scope: ptr.To(admissionv1.NamespacedScope),
 					}}},
+					// It patches Sidecars for their finalizer; RBAC cannot narrow
+					// that to finalizers.
+					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Update}, Rule: admissionv1.Rule{
+						APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
+						Resources: []string{"sidecars"}, Scope: ptr.To(admissionv1.ClusterScope),
+					}}},
 					// Restarts: RBAC lets it patch any such workload.
 					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Update}, Rule: admissionv1.Rule{
 						APIGroups: []string{appsv1.GroupName}, APIVersions: []string{"*"},
@@ -181,6 +187,7 @@ func grantVariables(namespace string) []admissionv1.Variable {
 		// template's restart annotation and nothing else; the spec fields
 		// of all three kinds are named (a field a kind lacks is absent on
 		// both sides).
+		{Name: "sidecar", Expression: fmt.Sprintf("request.resource.group == '%s' && request.resource.resource == 'sidecars'", v1alpha1.GroupVersion.Group)},
 		{Name: "workload", Expression: fmt.Sprintf("request.resource.group == '%s'", appsv1.GroupName)},
 		{Name: "restart", Expression: fmt.Sprintf("!(request.namespace in ['%[1]s', '%[2]s']) && "+
 			"object.metadata.?labels == oldObject.metadata.?labels && "+
@@ -237,6 +244,14 @@ func grantValidations(namespace string) []admissionv1.Validation {
 			Expression: "!variables.pod || request.operation != 'CREATE' || request.dryRun",
 			Message:    "the operator creates pods only as server-side dry runs, to see what its webhook injects",
 			Reason:     forbidden,
+		},
+		{
+			// It may create pods (dry runs), which the author policy counts
+			// as the right to inject into them: it must not author Sidecars.
+			Expression: "!variables.sidecar || object.spec == oldObject.spec && object.metadata.?labels == oldObject.metadata.?labels && " +
+				"object.metadata.?annotations == oldObject.metadata.?annotations",
+			Message: "the operator changes only a Sidecar's finalizers and status",
+			Reason:  forbidden,
 		},
 		{
 			Expression: "!variables.workload || variables.restart",
