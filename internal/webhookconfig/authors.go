@@ -64,7 +64,7 @@ func AuthorPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.Valida
 					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 					Rule: admissionv1.Rule{
 						APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{v1alpha1.GroupVersion.Version},
-						Resources: []string{"sidecars"}, Scope: ptr.To(admissionv1.ClusterScope),
+						Resources: []string{sidecarsResource}, Scope: ptr.To(admissionv1.ClusterScope),
 					},
 				}}},
 				// The apiserver's defaults, so that the stored object equals this one.

@@ -77,7 +77,7 @@ func GrantPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, *adm
 					// that to finalizers.
 					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Update}, Rule: admissionv1.Rule{
 						APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-						Resources: []string{"sidecars"}, Scope: ptr.To(admissionv1.ClusterScope),
+						Resources: []string{sidecarsResource}, Scope: ptr.To(admissionv1.ClusterScope),
 					}}},
 					// Restarts: RBAC lets it patch any such workload.
 					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Update}, Rule: admissionv1.Rule{
@@ -187,7 +187,8 @@ func grantVariables(namespace string) []admissionv1.Variable {
 		// template's restart annotation and nothing else; the spec fields
 		// of all three kinds are named (a field a kind lacks is absent on
 		// both sides).
-		{Name: "sidecar", Expression: fmt.Sprintf("request.resource.group == '%s' && request.resource.resource == 'sidecars'", v1alpha1.GroupVersion.Group)},
+		{Name: "sidecar", Expression: fmt.Sprintf("request.resource.group == '%s' && request.resource.resource == '%s'",
+			v1alpha1.GroupVersion.Group, sidecarsResource)},
 		{Name: "workload", Expression: fmt.Sprintf("request.resource.group == '%s'", appsv1.GroupName)},
 		{Name: "restart", Expression: fmt.Sprintf("!(request.namespace in ['%[1]s', '%[2]s']) && "+
 			"object.metadata.?labels == oldObject.metadata.?labels && "+

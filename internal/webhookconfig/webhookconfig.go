@@ -88,6 +88,9 @@ func errNotInstalled(kind, name string) error {
 // reinvocation, validating), waits 6 s at most for it instead of 30.
 const PodTimeoutSeconds int32 = 2
 
+// sidecarsResource is the resource the webhooks and policies match Sidecars by.
+const sidecarsResource = "sidecars"
+
 // podsResource is the resource the webhooks and the grant policy match pods by.
 const podsResource = "pods"
 
@@ -183,7 +186,7 @@ func Validating(
 	sidecars.Rules = []admissionv1.RuleWithOperations{{
 		Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 		Rule: admissionv1.Rule{
-			APIGroups: []string{"sidecar-operator.io"}, APIVersions: []string{"v1alpha1"}, Resources: []string{"sidecars"},
+			APIGroups: []string{"sidecar-operator.io"}, APIVersions: []string{"v1alpha1"}, Resources: []string{sidecarsResource},
 			Scope: ptr.To(admissionv1.ClusterScope),
 		},
 	}}
