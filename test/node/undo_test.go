@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,9 +143,10 @@ func TestUnpullableImageHaltsAndUndoRestores(t *testing.T) {
 		t.Fatalf("rollout --undo: %v\n%s", err, out)
 	}
 	start = time.Now()
+	var progressing *metav1.Condition
 	eventually(t, 3*time.Minute, "every pod to run "+v1+" at revision "+good+", ready, and the rollout to progress", func() error {
 		pods := listPods(t, ns)
-		if len(pods) != 3 || strings.Contains(describePods(pods), "waiting") || notReadyAny(pods) {
+		if len(pods) != 3 || strings.Contains(describePods(pods), "waiting") || slices.ContainsFunc(pods, notReady) {
 			return fmt.Errorf("%d pods: %s", len(pods), describePods(pods))
 		}
 		for _, p := range pods {
@@ -161,13 +163,15 @@ func TestUnpullableImageHaltsAndUndoRestores(t *testing.T) {
 		if c == nil || c.Status != metav1.ConditionTrue {
 			return fmt.Errorf("condition %+v", c)
 		}
+		progressing = c
 		s := got.Status
 		if s.InjectedPods != 3 || s.OutdatedPods != 0 || s.UnverifiedPods != 0 || s.CurrentRevision != good || s.UpdateRevision != good {
 			return fmt.Errorf("status %+v", s)
 		}
 		return nil
 	})
-	t.Logf("restored in %s", time.Since(start).Round(100*time.Millisecond))
+	t.Logf("restored in %s: condition %s=%s, reason %s: %s", time.Since(start).Round(100*time.Millisecond),
+		progressing.Type, progressing.Status, progressing.Reason, progressing.Message)
 	for _, p := range listPods(t, ns) {
 		if p.Name != stuck {
 			keptRunning(t, before[p.Name], p, name, v1, good)
@@ -240,15 +244,6 @@ func listPods(t *testing.T, ns string) []corev1.Pod {
 		}
 	}
 	return pods
-}
-
-func notReadyAny(pods []corev1.Pod) bool {
-	for _, p := range pods {
-		if notReady(p) {
-			return true
-		}
-	}
-	return false
 }
 
 // saysVersion reports whether a log shipper's log has its version line,
