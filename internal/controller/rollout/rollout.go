@@ -384,8 +384,10 @@ const maxSaid = 200
 
 // kubeletSays reads, live, the reason the kubelet last gave since the
 // upgrade for not starting each container of the pod: its Warning Events
-// "Error: <reason>" (ErrImagePull, ImagePullBackOff, CrashLoopBackOff...),
-// by container name. A read that fails says nothing.
+// "Error: <reason>" (ErrImagePull, ImagePullBackOff, CreateContainerConfigError...),
+// by container name. A read that fails says nothing. Anyone who may create
+// Events in the namespace could write one as the kubelet: a reason is
+// bounded, one line, and marked as read from Events.
 func (r *Reconciler) kubeletSays(ctx context.Context, pod *corev1.Pod, since time.Time) map[string]string {
 	var list corev1.EventList
 	if err := r.APIReader.List(ctx, &list, client.InNamespace(pod.Namespace), client.MatchingFields{"involvedObject.uid": string(pod.UID)}); err != nil {
@@ -401,7 +403,8 @@ func (r *Reconciler) kubeletSays(ctx context.Context, pod *corev1.Pod, since tim
 		if e.EventTime.After(when) {
 			when = e.EventTime.Time
 		}
-		if e.Type != corev1.EventTypeWarning || !ok || !inContainer || when.Before(since.Truncate(time.Second)) || when.Before(at[name]) {
+		fromKubelet := e.Source.Component == "kubelet" || e.ReportingController == "kubelet"
+		if e.Type != corev1.EventTypeWarning || !ok || !inContainer || !fromKubelet || when.Before(since.Truncate(time.Second)) || when.Before(at[name]) {
 			continue
 		}
 		reason, _, _ = strings.Cut(reason, "\n")
