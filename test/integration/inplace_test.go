@@ -291,3 +291,55 @@ func TestRolloutHaltsPastTheProgressDeadline(t *testing.T) {
 		return nil
 	})
 }
+
+// TestHaltSaysTheKubeletsReason: past the progress deadline, a sidecar
+// container whose status gives no reason (a native sidecar backing off a
+// pull is reported terminated, Completed) is named with the reason the
+// kubelet's Events give since the upgrade, here created as the kubelet would.
+func TestHaltSaysTheKubeletsReason(t *testing.T) {
+	ctx := context.Background()
+	ns := createNamespace(t, nil)
+	sc := loggerSidecar("ip-kubelet", map[string]string{"ip-kubelet": "on"})
+	sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate, ProgressDeadlineSeconds: new(int32(10))}
+	applySidecar(t, sc)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pulling", Namespace: ns, Labels: map[string]string{"ip-kubelet": "on"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	updateSidecar(t, sc, func(s *v1alpha1.Sidecar) { s.Spec.Containers[0].Image = "example/ip-kubelet:absent" })
+	target := inject.Revision(&sc.Spec)
+	eventually(t, 10*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+		if recs := inject.InjectedSidecars(pod.Annotations); len(recs) != 1 || recs[0].Revision != target {
+			return fmt.Errorf("pod %s carries %+v, want revision %s", pod.Name, recs, target)
+		}
+		return nil
+	})
+	now := metav1.Now()
+	kubelet := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name + ".pull", Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: pod.Name, UID: pod.UID,
+			FieldPath: "spec.containers{ip-kubelet}"},
+		Type: corev1.EventTypeWarning, Reason: "Failed", Message: "Error: ImagePullBackOff", Count: 1,
+		Source: corev1.EventSource{Component: "kubelet"}, FirstTimestamp: now, LastTimestamp: now,
+	}
+	if err := k8s.Create(ctx, kubelet); err != nil {
+		t.Fatal(err)
+	}
+	want := "pod " + ns + "/pulling: container ip-kubelet ImagePullBackOff (the kubelet's Events)"
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sc), sc); err != nil {
+			return err
+		}
+		c := apimeta.FindStatusCondition(sc.Status.Conditions, v1alpha1.ConditionRolloutProgressing)
+		if c == nil || c.Reason != rollout.ReasonProgressDeadlineExceeded || !strings.Contains(c.Message, want) {
+			return fmt.Errorf("condition %+v; want a message with %q; status %+v", c, want, sc.Status)
+		}
+		return nil
+	})
+}

@@ -478,14 +478,18 @@ func runGrantingWorkload(t *testing.T, c client.Client, adminURL, webhookMetrics
 	})
 
 	// A rolling image change: the controllers upgrade both pods in place
-	// (get and update) and prune the revision no pod carries any more.
+	// (get and update) and prune the revision no pod carries any more; no
+	// kubelet runs them, so the rollout halts past its deadline and reads
+	// the pods' Events for the kubelet's reason (list).
 	before := inject.Revision(&sc.Spec)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(sc), sc); err != nil {
 			return err
 		}
 		sc.Spec.Containers[0].Image += "-2"
-		sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate, MaxUnavailable: new(intstr.FromString("100%"))}
+		sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{
+			Type: v1alpha1.RollingUpdate, MaxUnavailable: new(intstr.FromString("100%")), ProgressDeadlineSeconds: new(int32(1)),
+		}
 		sc.Spec.RevisionHistoryLimit = new(int32(0))
 		return c.Update(ctx, sc)
 	})
@@ -505,6 +509,12 @@ func runGrantingWorkload(t *testing.T, c client.Client, adminURL, webhookMetrics
 		var old appsv1.ControllerRevision
 		if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: sc.Name + "-" + before}, &old); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("revision %s still kept: %v", before, err)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(sc), sc); err != nil {
+			return err
+		}
+		if cond := apimeta.FindStatusCondition(sc.Status.Conditions, v1alpha1.ConditionRolloutProgressing); cond == nil || cond.Status != metav1.ConditionFalse {
+			return fmt.Errorf("the rollout is not halted: %+v", cond)
 		}
 		return nil
 	})

@@ -47,6 +47,11 @@ import (
 // record in place.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;update
 
+// The kubelet's Events of a pod past the progress deadline, read live once:
+// they hold the reason a native sidecar waits, which its status does not
+// (the kubelet reports it terminated, Completed, while it backs off a pull).
+// +kubebuilder:rbac:groups="",resources=events,verbs=list
+
 // Actions and results of the rollout metric.
 const (
 	ActionInPlace    = "InPlace"
@@ -99,9 +104,13 @@ type Reconciler struct {
 	Events          events.EventRecorder
 	Log             logr.Logger
 
-	// told are the pods told they cannot move in place (with why), or are
-	// past the progress deadline, by pod UID, Sidecar and target revision.
+	// told are the pods told they cannot move in place, with why, by pod
+	// UID, Sidecar and target revision.
 	told map[string]string
+	// halted are the pods past the progress deadline, told of once, by the
+	// same key: with what the kubelet's Events said then of each container
+	// whose status gives no reason.
+	halted map[string]map[string]string
 	// upgradedAt is when this leader upgraded each pod still becoming
 	// ready: only those count against maxUnavailable, so that a pod someone
 	// keeps unready at the new revision cannot stall the rollout.
@@ -112,13 +121,14 @@ type Reconciler struct {
 
 // SetupWithManager runs on the leader, one pass at a time.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.told, r.upgradedAt = map[string]string{}, map[string]time.Time{}
+	r.told, r.halted, r.upgradedAt = map[string]string{}, map[string]map[string]string{}, map[string]time.Time{}
 	r.restarts = newRestarts()
 	all := watch.Constant(fleetKey)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("rollout").
-		Watches(&v1alpha1.Sidecar{}, all, builder.WithPredicates(watch.ServedChanged(), strategyChanged())).
-		Watches(&corev1.Pod{}, all, builder.WithPredicates(watch.InjectionChanged(), sidecarsReadyChanged())).
+		// Either predicate passes an event: a builder's list must pass all.
+		Watches(&v1alpha1.Sidecar{}, all, builder.WithPredicates(predicate.Or(watch.ServedChanged(), strategyChanged()))).
+		Watches(&corev1.Pod{}, all, builder.WithPredicates(predicate.Or(watch.InjectionChanged(), sidecarsReadyChanged()))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
 }
@@ -349,8 +359,13 @@ func (r *Reconciler) survey(view *grants.View, rolling map[string]*v1alpha1.Side
 		}
 	}
 	for key := range r.told {
-		if !seen[strings.TrimPrefix(key, "stuck/")] {
+		if !seen[key] {
 			delete(r.told, key) // moved on, or gone
+		}
+	}
+	for key := range r.halted {
+		if !seen[key] {
+			delete(r.halted, key) // ready, moved on, or gone
 		}
 	}
 	r.restarts.forget(p.restart, rolling)
@@ -385,11 +400,15 @@ func (r *Reconciler) progress(ctx context.Context, sc *v1alpha1.Sidecar, stuck [
 	case len(stuck) > 0:
 		why := make([]string, 0, len(stuck))
 		for _, m := range stuck {
-			w := fmt.Sprintf("pod %s/%s: %s", m.pod.Namespace, m.pod.Name, waiting(m.pod, m.sidecar))
+			key := movedKey(m.pod, m.sidecar, m.target)
+			said, told := r.halted[key]
+			if !told {
+				said = r.kubeletSays(ctx, m.pod, r.upgradedAt[key])
+				r.halted[key] = said
+			}
+			w := fmt.Sprintf("pod %s/%s: %s", m.pod.Namespace, m.pod.Name, waiting(m.pod, m.sidecar, said))
 			why = append(why, w)
-			key := "stuck/" + movedKey(m.pod, m.sidecar, m.target)
-			if r.told[key] == "" {
-				r.told[key] = "stuck"
+			if !told {
 				actions.WithLabelValues(m.sidecar, ActionHalted, "ok").Inc()
 				r.tell(sc, m.pod, corev1.EventTypeWarning, ReasonProgressDeadlineExceeded, fmt.Sprintf(
 					"the rollout of sidecar %q to revision %s is halted: %s, not ready %s after its upgrade", m.sidecar, m.target, w, progressDeadline(sc)))
@@ -405,8 +424,9 @@ func (r *Reconciler) progress(ctx context.Context, sc *v1alpha1.Sidecar, stuck [
 }
 
 // waiting says why the injected containers of a sidecar are not ready, as
-// the kubelet reports it.
-func waiting(pod *corev1.Pod, sidecar string) string {
+// the kubelet reports it: in the container's status, else in what its
+// Events said (kubeletSays).
+func waiting(pod *corev1.Pod, sidecar string, said map[string]string) string {
 	var out []string
 	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
 		if rec.Name != sidecar {
@@ -414,16 +434,58 @@ func waiting(pod *corev1.Pod, sidecar string) string {
 		}
 		for _, name := range rec.Containers {
 			switch st := status(pod, name); {
+			case st == nil && said[name] != "":
+				out = append(out, fmt.Sprintf("container %s %s (the kubelet's Events)", name, said[name]))
 			case st == nil:
 				out = append(out, fmt.Sprintf("container %s has no status", name))
 			case st.State.Waiting != nil && st.State.Waiting.Reason != "":
 				out = append(out, fmt.Sprintf("container %s %s", name, st.State.Waiting.Reason))
+			case said[name] != "":
+				out = append(out, fmt.Sprintf("container %s %s (the kubelet's Events)", name, said[name]))
 			case !st.Ready:
 				out = append(out, fmt.Sprintf("container %s not ready (%d restarts)", name, st.RestartCount))
 			}
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// maxSaid bounds a reason read from an Event: the kubelet writes the
+// error itself where it has no short one.
+const maxSaid = 200
+
+// kubeletSays reads, live, the reason the kubelet last gave since the
+// upgrade for not starting each container of the pod: its Warning Events
+// "Error: <reason>" (ErrImagePull, ImagePullBackOff, CreateContainerConfigError...),
+// by container name. A read that fails says nothing. Anyone who may create
+// Events in the namespace could write one as the kubelet: a reason is
+// bounded, one line, and marked as read from Events.
+func (r *Reconciler) kubeletSays(ctx context.Context, pod *corev1.Pod, since time.Time) map[string]string {
+	var list corev1.EventList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(pod.Namespace), client.MatchingFields{"involvedObject.uid": string(pod.UID)}); err != nil {
+		r.Log.Error(err, "the kubelet's Events", "pod", pod.Namespace+"/"+pod.Name)
+		return map[string]string{}
+	}
+	said, at := map[string]string{}, map[string]time.Time{}
+	for _, e := range list.Items {
+		reason, ok := strings.CutPrefix(e.Message, "Error: ")
+		_, rest, inContainer := strings.Cut(e.InvolvedObject.FieldPath, "{")
+		name := strings.TrimSuffix(rest, "}")
+		when := e.LastTimestamp.Time
+		if e.EventTime.After(when) {
+			when = e.EventTime.Time
+		}
+		fromKubelet := e.Source.Component == "kubelet" || e.ReportingController == "kubelet"
+		if e.Type != corev1.EventTypeWarning || !ok || !inContainer || !fromKubelet || when.Before(since.Truncate(time.Second)) || when.Before(at[name]) {
+			continue
+		}
+		reason, _, _ = strings.Cut(reason, "\n")
+		if len(reason) > maxSaid {
+			reason = strings.ToValidUTF8(reason[:maxSaid], "") + "..."
+		}
+		said[name], at[name] = reason, when
+	}
+	return said
 }
 
 // moveResult is what became of one pod's move.
