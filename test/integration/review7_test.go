@@ -1,0 +1,167 @@
+package integration
+
+// review7: attacks on the rollout's restarts (docs/security.md "Upgrades in
+// place, and pins"), as a tenant. Each test FAILS while the attack succeeds
+// ("HOLE: ...").
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/rollout"
+	"github.com/sidecar-operator/sidecar-operator/internal/workload"
+)
+
+// missedPod creates, as cl, a pod that claims the controller owner given
+// and missed the Sidecar selected by label=on: created without the label,
+// so not injected, then labelled, as docs/security.md says a tenant can.
+func missedPod(t *testing.T, cl client.Client, ns, name string, owner metav1.OwnerReference, labels map[string]string, label string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	owner.Controller = new(true)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	if err := cl.Create(ctx, pod); err != nil {
+		t.Fatalf("creating pod %s/%s (test setup): %v", ns, name, err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), pod) })
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"on"}}}`, label)
+	if err := cl.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatalf("labelling pod %s/%s (test setup): %v", ns, name, err)
+	}
+	if injectedWith(pod, label) {
+		t.Fatalf("pod %s/%s was injected (test setup)", ns, name)
+	}
+	return pod
+}
+
+// grantDeployments gives user what a namespace's owner has on Deployments.
+func grantDeployments(t *testing.T, user, ns string) {
+	t.Helper()
+	createAdmin(t, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "r7-deployments", Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{appsv1.GroupName}, Resources: []string{"deployments"},
+			Verbs: []string{"create", "get", "list", "update", "patch", "delete"}}},
+	})
+	createAdmin(t, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "r7-deployments", Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "r7-deployments"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	})
+	waitAllowed(t, user, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: appsv1.GroupName, Resource: "deployments"})
+}
+
+// rolling is a RollingUpdate Sidecar selecting label=on.
+func rolling(t *testing.T, label string) *v1alpha1.Sidecar {
+	t.Helper()
+	sc := loggerSidecar(label, map[string]string{label: "on"})
+	sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate}
+	applySidecar(t, sc)
+	return sc
+}
+
+// TestReview7TenantHaltsEveryonesRollout: any tenant in a namespace a
+// RollingUpdate Sidecar selects halts that Sidecar's rollout in every
+// namespace. Its own Deployment, whose template the Sidecar does not select,
+// with one pod labelled to look missed and a name chosen to rank first: the
+// dry run of its template is not injected, and the controllers then restart
+// nothing (nor move anything in place) for anyone, retried every 10 s,
+// forever. docs/security.md gives a tenant a say over partition slots only.
+// The victim is another team's Deployment whose pod missed the Sidecar,
+// which the controllers restart at once without the tenant.
+func TestReview7TenantHaltsEveryonesRollout(t *testing.T) {
+	ctx := context.Background()
+	sc := rolling(t, "r7-halt")
+	victimNS := createNamespace(t, nil)
+	createAdmin(t, deployment(victimNS, "web", 1, map[string]string{"r7-halt": "on"}))
+	const hash = "5d4f8b9c7"
+	missedPod(t, k8s, victimNS, "web-"+hash+"-x1", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-" + hash, UID: "rs-uid"},
+		map[string]string{"app": "web", appsv1.DefaultDeploymentUniqueLabelKey: hash}, "r7-halt")
+	victimRank := workload.Rank(workload.Ref{Kind: "Deployment", Namespace: victimNS, Name: "web"})
+
+	ns, tc := tenant(t, nil)
+	grantDeployments(t, tenantUser, ns)
+	name := ""
+	for i := 0; name == ""; i++ {
+		if n := fmt.Sprintf("blocker-%d", i); workload.Rank(workload.Ref{Kind: "Deployment", Namespace: ns, Name: n}) < victimRank {
+			name = n
+		}
+	}
+	blocker := deployment(ns, name, 0, nil)
+	if err := tc.Create(ctx, blocker); err != nil {
+		t.Fatalf("the tenant cannot create its Deployment (test setup): %v", err)
+	}
+	missedPod(t, tc, ns, name+"-x1", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name, UID: blocker.UID},
+		map[string]string{"app": name}, "r7-halt")
+
+	deadline := time.Now().Add(45 * time.Second)
+	for restartedAt(t, victimNS, "web") == "" {
+		if time.Now().After(deadline) {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(sc), sc); err != nil {
+				t.Fatal(err)
+			}
+			cond := apimeta.FindStatusCondition(sc.Status.Conditions, v1alpha1.ConditionRolloutProgressing)
+			t.Fatalf("HOLE: a tenant's Deployment halts the rollout of sidecar %s everywhere: Deployment %s/web, whose pod missed it, "+
+				"is not restarted in 45s; the condition: %+v", sc.Name, victimNS, cond)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestReview7TenantPodRestartsAWorkloadNotItsOwn: a pod creator who may not
+// patch Deployments makes the controllers restart one: a bare pod whose
+// controller reference names the Deployment (any UID), labelled to look
+// missed. docs/security.md: "a tenant can ... have its own workload
+// restarted, which its own kubectl rollout restart could do". Deleting and
+// creating the pod again restarts it again, as often as the tenant likes.
+func TestReview7TenantPodRestartsAWorkloadNotItsOwn(t *testing.T) {
+	ctx := context.Background()
+	rolling(t, "r7-owner")
+	ns, tc := tenant(t, nil)
+	if allowed(t, tenantUser, authenticated, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "patch", Group: appsv1.GroupName, Resource: "deployments"}) {
+		t.Fatal("the tenant may patch Deployments (test setup)")
+	}
+	createAdmin(t, deployment(ns, "payments", 1, map[string]string{"r7-owner": "on"}))
+	forged := missedPod(t, tc, ns, "payments-forged", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "payments", UID: "forged"},
+		map[string]string{"app": "forged"}, "r7-owner")
+
+	// Refused, the controllers would say so of the forged pod.
+	told := func() bool {
+		var list eventsv1.EventList
+		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			if e.Reason == rollout.ReasonNotRestartable && strings.Contains(e.Note, forged.Name) {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 45*time.Second, func() error {
+		if restartedAt(t, ns, "payments") != "" || told() {
+			return nil
+		}
+		return fmt.Errorf("neither restarted nor told")
+	})
+	if at := restartedAt(t, ns, "payments"); at != "" {
+		t.Errorf("HOLE: a pod creator who may not patch Deployments had the controllers restart Deployment %s/payments (restartedAt %s) "+
+			"with a bare pod claiming to be its", ns, at)
+	}
+}
