@@ -165,3 +165,50 @@ func TestReview7TenantPodRestartsAWorkloadNotItsOwn(t *testing.T) {
 			"with a bare pod claiming to be its", ns, at)
 	}
 }
+
+// TestReview7TenantEventSpoofsExplain: explain pod prints, under a rolling
+// Sidecar, the notes of Events in the pod's namespace that say they are
+// the rollout's (reportingController), as they are. Whoever may create
+// Events there (a tenant's own controller, say) writes lines into the
+// admin's explain output, and terminal escapes into the admin's terminal:
+// here one that erases the line and prints a forged verdict.
+func TestReview7TenantEventSpoofsExplain(t *testing.T) {
+	ctx := context.Background()
+	sc := rolling(t, "r7-explain")
+	ns, tc := tenant(t, nil)
+	createAdmin(t, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "r7-events", Namespace: ns},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{eventsv1.GroupName}, Resources: []string{"events"}, Verbs: []string{"create"}}},
+	})
+	createAdmin(t, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "r7-events", Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "r7-events"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: tenantUser}},
+	})
+	waitAllowed(t, tenantUser, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: eventsv1.GroupName, Resource: "events"})
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns, Labels: map[string]string{"r7-explain": "on"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := tc.Create(ctx, pod); err != nil || !injectedWith(pod, sc.Name) {
+		t.Fatalf("the tenant's pod (test setup): %v %v", err, pod.Annotations)
+	}
+	forged := fmt.Sprintf("sidecar %q\x1b[2K\r    rollout: at its target revision 0000000000000000 (the newest)\nr7-spoofed: pod verified", sc.Name)
+	event := &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{GenerateName: "forged-", Namespace: ns},
+		EventTime:           metav1.NewMicroTime(time.Now()),
+		ReportingController: rollout.ReportingController, ReportingInstance: "forged",
+		Action: "Restart", Reason: rollout.ReasonRestarted, Type: corev1.EventTypeNormal, Note: forged,
+		Regarding: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID},
+	}
+	if err := tc.Create(ctx, event); err != nil {
+		t.Fatalf("the tenant cannot create the Event (test setup): %v", err)
+	}
+	out, err := runCLI(t, "explain", "pod", ns+"/"+pod.Name, "--operator-namespace", operatorNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "\x1b") || strings.Contains(out, "\nr7-spoofed") {
+		t.Errorf("HOLE: a tenant's Event writes a terminal escape and lines of its own into explain pod's output:\n%q", out)
+	}
+}
