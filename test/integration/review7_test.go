@@ -101,13 +101,34 @@ func rolling(t *testing.T, label string) *v1alpha1.Sidecar {
 // The victim is another team's Deployment whose pod missed the Sidecar,
 // which the controllers restart at once without the tenant.
 func TestReview7TenantHaltsEveryonesRollout(t *testing.T) {
+	haltEveryone(t, "r7-halt", nil, func(*appsv1.Deployment) {})
+}
+
+// TestReview7TenantTemplateRefusedHaltsEveryonesRollout: the same, where
+// the tenant's template is selected but its pods are refused by another
+// admission plugin of the tenant's namespace (here Pod Security, which only
+// warns of a Deployment): the dry run is refused, and that too halts the
+// Sidecar's rollout everywhere. STILL FAILS with the fix of
+// TestReview7TenantHaltsEveryonesRollout.
+func TestReview7TenantTemplateRefusedHaltsEveryonesRollout(t *testing.T) {
+	haltEveryone(t, "r7-refused", map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}, func(d *appsv1.Deployment) {
+		d.Spec.Template.Labels["r7-refused"] = "on"
+		d.Spec.Template.Spec.HostNetwork = true
+	})
+}
+
+// haltEveryone: a tenant, in a namespace labelled nsLabels, makes its own
+// Deployment (changed by blocking), ranked first, look missed by the
+// Sidecar selecting label=on; another team's Deployment whose pod missed
+// the Sidecar must still be restarted.
+func haltEveryone(t *testing.T, label string, nsLabels map[string]string, blocking func(*appsv1.Deployment)) {
 	ctx := context.Background()
-	sc := rolling(t, "r7-halt")
+	sc := rolling(t, label)
 	victimNS := createNamespace(t, nil)
-	createAdmin(t, deployment(victimNS, "web", 1, map[string]string{"r7-halt": "on"}))
+	createAdmin(t, deployment(victimNS, "web", 1, map[string]string{label: "on"}))
 	victimRank := workload.Rank(workload.Ref{Kind: "Deployment", Namespace: victimNS, Name: "web"})
 
-	ns, tc := tenant(t, nil)
+	ns, tc := tenant(t, nsLabels)
 	grantDeployments(t, tenantUser, ns)
 	name := ""
 	for i := 0; name == ""; i++ {
@@ -116,11 +137,12 @@ func TestReview7TenantHaltsEveryonesRollout(t *testing.T) {
 		}
 	}
 	blocker := deployment(ns, name, 0, nil)
+	blocking(blocker)
 	if err := tc.Create(ctx, blocker); err != nil {
 		t.Fatalf("the tenant cannot create its Deployment (test setup): %v", err)
 	}
 	missedPod(t, tc, ns, name+"-x1", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name, UID: blocker.UID},
-		map[string]string{"app": name}, "r7-halt")
+		map[string]string{"app": name}, label)
 	condition := func() *metav1.Condition {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sc), sc); err != nil {
 			t.Fatal(err)
@@ -138,7 +160,7 @@ func TestReview7TenantHaltsEveryonesRollout(t *testing.T) {
 	// Another team's pod, owned as the ReplicaSet controller owns it, misses the Sidecar.
 	const hash = "5d4f8b9c7"
 	missedPod(t, k8s, victimNS, "web-"+hash+"-x1", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-" + hash, UID: "rs-uid"},
-		map[string]string{"app": "web", appsv1.DefaultDeploymentUniqueLabelKey: hash}, "r7-halt")
+		map[string]string{"app": "web", appsv1.DefaultDeploymentUniqueLabelKey: hash}, label)
 	deadline := time.Now().Add(35 * time.Second) // three of the blocked rollout's retries
 	for restartedAt(t, victimNS, "web") == "" {
 		if time.Now().After(deadline) {
