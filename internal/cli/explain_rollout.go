@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -60,11 +62,26 @@ func rolloutLines(ctx context.Context, c client.Reader, snap *clusterstate.Snaps
 			e.Regarding.Kind == wl.Kind && e.Regarding.Name == wl.Name && e.Regarding.Namespace == wl.Namespace
 		for sidecar := range out {
 			if about && strings.Contains(e.Note, fmt.Sprintf("sidecar %q", sidecar)) {
-				out[sidecar] = append(out[sidecar], fmt.Sprintf("%s %s: %s", eventTime(e).UTC().Format(time.RFC3339), e.Reason, e.Note))
+				out[sidecar] = append(out[sidecar], fmt.Sprintf("%s %s: %s", eventTime(e).UTC().Format(time.RFC3339), printable(e.Reason), printable(e.Note)))
 			}
 		}
 	}
 	return out, nil
+}
+
+// printable escapes control and format characters (a terminal's escapes,
+// line breaks, bidi overrides): whoever may create Events in the pod's
+// namespace writes these, naming any reportingController.
+func printable(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.In(r, unicode.Cc, unicode.Cf) {
+			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 func eventTime(e eventsv1.Event) time.Time {

@@ -159,7 +159,7 @@ type halt struct {
 // as many more as maxUnavailable allows, each after a dry run confirms the
 // webhook injects its target. It marks the Sidecar halted in p when
 // nothing else may act.
-func (r *Reconciler) restartWorkloads(ctx context.Context, sc *v1alpha1.Sidecar, p *pass) (halt, error) {
+func (r *Reconciler) restartWorkloads(ctx context.Context, engine *inject.Engine, sc *v1alpha1.Sidecar, p *pass) (halt, error) {
 	var h halt
 	inFlight, err := r.followRestarts(ctx, sc, p, &h)
 	if err != nil || len(h.stuck) > 0 {
@@ -212,7 +212,15 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, sc *v1alpha1.Sidecar,
 			r.tellOnce(sc, ref, c, obj, ReasonNotRestartable, "pod %s/%s %s, but a restart replaces no pod: %s", c.pod.Namespace, c.pod.Name, c.why, why)
 			continue
 		}
-		if why := r.confirm(ctx, sc.Name, ref, obj, c); why != "" {
+		pod := dryRunPod(ref, obj, c)
+		// A template the engine does not give the target is this workload's
+		// own: restarting it repairs nothing, and it holds back no one else.
+		if why := notGiven(engine, pod, sc.Name, c.target, r.NamespaceLabels); why != "" {
+			r.tellOnce(sc, ref, c, obj, ReasonNotRestartable, "pod %s/%s %s, but a restart would not repair it: its pod template %s",
+				c.pod.Namespace, c.pod.Name, c.why, why)
+			continue
+		}
+		if why := r.confirm(ctx, sc.Name, pod, c); why != "" {
 			h.blocked = fmt.Sprintf("nothing is restarted while a server-side dry-run pod of %s does not get revision %s of sidecar %q: %s (tried again every %s)",
 				ref, c.target, sc.Name, why, blockedRetry)
 			p.halted[sc.Name] = true
@@ -286,10 +294,9 @@ func (r *Reconciler) followRestarts(ctx context.Context, sc *v1alpha1.Sidecar, p
 	return inFlight, nil
 }
 
-// confirm creates, as a server-side dry run, the pod the workload's
-// controller would create after a restart, and says why it did not get the
-// target revision of the sidecar; empty when it did.
-func (r *Reconciler) confirm(ctx context.Context, sidecar string, ref workload.Ref, obj client.Object, c *candidate) string {
+// dryRunPod is the pod the workload's controller would create after a
+// restart, as far as the webhook's choice goes.
+func dryRunPod(ref workload.Ref, obj client.Object, c *candidate) *corev1.Pod {
 	tpl := restart.Template(obj)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: ref.Name + "-", Namespace: ref.Namespace,
@@ -309,6 +316,24 @@ func (r *Reconciler) confirm(ctx context.Context, sidecar string, ref workload.R
 		}
 		pod.Labels[appsv1.DefaultDeploymentUniqueLabelKey] = hash
 	}
+	return pod
+}
+
+// notGiven says why the engine would not give the pod the sidecar's target
+// revision; empty when it would.
+func notGiven(engine *inject.Engine, pod *corev1.Pod, sidecar, target string, nsLabels inject.NamespaceLabelsFunc) string {
+	if !slices.Contains(engine.Pending(pod, nsLabels), sidecar) {
+		return fmt.Sprintf("is not given sidecar %q", sidecar)
+	}
+	if got, err := engine.Target(pod, sidecar); err != nil || got != target {
+		return fmt.Sprintf("is given another revision than %s", target)
+	}
+	return ""
+}
+
+// confirm creates the workload's pod as a server-side dry run, and says
+// why it did not get the target revision of the sidecar; empty when it did.
+func (r *Reconciler) confirm(ctx context.Context, sidecar string, pod *corev1.Pod, c *candidate) string {
 	if err := r.Client.Create(ctx, pod, client.DryRunAll); err != nil {
 		return "refused: " + err.Error()
 	}

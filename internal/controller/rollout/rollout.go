@@ -193,7 +193,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	p := r.survey(view, rolling)
 	more := false
 	for name, sc := range rolling {
-		halt, err := r.restartWorkloads(ctx, sc, p)
+		halt, err := r.restartWorkloads(ctx, view.Engine, sc, p)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
