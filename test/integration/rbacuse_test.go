@@ -397,9 +397,16 @@ func createMissedWorkloads(t *testing.T, c client.Client, ns string, labels map[
 		}
 		owner, name, podLabels := metav1.NewControllerRef(w, gvk), w.GetName()+"-0", maps.Clone(labels)
 		if gvk.Kind == "Deployment" {
+			// Its ReplicaSet, which the controllers read to see that the
+			// Deployment owns the pod.
 			const hash = "5d8f7c9b4"
-			owner = &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: w.GetName() + "-" + hash, UID: "5d8f7c9b-0000-0000-0000-000000000000", Controller: new(true)}
-			name, podLabels[appsv1.DefaultDeploymentUniqueLabelKey] = w.GetName()+"-"+hash+"-x1", hash
+			rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w.GetName() + "-" + hash, OwnerReferences: []metav1.OwnerReference{*owner}},
+				Spec: appsv1.ReplicaSetSpec{Selector: selector, Template: template}}
+			if err := c.Create(ctx, rs); err != nil {
+				t.Fatal(err)
+			}
+			owner = metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+			name, podLabels[appsv1.DefaultDeploymentUniqueLabelKey] = rs.Name+"-x1", hash
 		}
 		owner.BlockOwnerDeletion = nil
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: podLabels, OwnerReferences: []metav1.OwnerReference{*owner}},

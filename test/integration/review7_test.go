@@ -7,6 +7,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -108,8 +109,8 @@ func TestReview7TenantHaltsEveryonesRollout(t *testing.T) {
 // the tenant's template is selected but its pods are refused by another
 // admission plugin of the tenant's namespace (here Pod Security, which only
 // warns of a Deployment): the dry run is refused, and that too halts the
-// Sidecar's rollout everywhere. STILL FAILS with the fix of
-// TestReview7TenantHaltsEveryonesRollout.
+// Sidecar's rollout everywhere. A refusal by the workload's own namespace
+// now holds back that workload alone.
 func TestReview7TenantTemplateRefusedHaltsEveryonesRollout(t *testing.T) {
 	haltEveryone(t, "r7-refused", map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}, func(d *appsv1.Deployment) {
 		d.Spec.Template.Labels["r7-refused"] = "on"
@@ -122,13 +123,32 @@ func TestReview7TenantTemplateRefusedHaltsEveryonesRollout(t *testing.T) {
 // Sidecar selecting label=on; another team's Deployment whose pod missed
 // the Sidecar must still be restarted.
 func haltEveryone(t *testing.T, label string, nsLabels map[string]string, blocking func(*appsv1.Deployment)) {
+	needControllerManager(t)
 	ctx := context.Background()
-	sc := rolling(t, label)
+	// The Sidecar selects label=on in the namespaces labelled r7-team.
+	sc := loggerSidecar(label, map[string]string{label: "on"})
+	sc.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"r7-team": label}}
+	sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate}
+	applySidecar(t, sc)
+	// The victim: another team's Deployment, whose pod its controller made
+	// before the Sidecar selected its namespace.
 	victimNS := createNamespace(t, nil)
 	createAdmin(t, deployment(victimNS, "web", 1, map[string]string{label: "on"}))
+	eventually(t, 30*time.Second, func() error {
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace(victimNS)); err != nil {
+			return err
+		}
+		if len(pods.Items) != 1 || injectedWith(&pods.Items[0], label) {
+			return fmt.Errorf("%d pods (test setup)", len(pods.Items))
+		}
+		return nil
+	})
 	victimRank := workload.Rank(workload.Ref{Kind: "Deployment", Namespace: victimNS, Name: "web"})
 
-	ns, tc := tenant(t, nsLabels)
+	labels := map[string]string{"r7-team": label}
+	maps.Copy(labels, nsLabels)
+	ns, tc := tenant(t, labels)
 	grantDeployments(t, tenantUser, ns)
 	name := ""
 	for i := 0; name == ""; i++ {
@@ -149,7 +169,7 @@ func haltEveryone(t *testing.T, label string, nsLabels map[string]string, blocki
 		}
 		return apimeta.FindStatusCondition(sc.Status.Conditions, v1alpha1.ConditionRolloutProgressing)
 	}
-	// The controllers judged the tenant's pod: blocked today, told apart once fixed.
+	// The controllers judged the tenant's pod: blocked once, told apart since fixed.
 	eventually(t, 30*time.Second, func() error {
 		if cond := condition(); cond != nil && strings.Contains(cond.Message, name) || told(t, ns, name) {
 			return nil
@@ -157,10 +177,15 @@ func haltEveryone(t *testing.T, label string, nsLabels map[string]string, blocki
 		return fmt.Errorf("the tenant's Deployment not judged yet")
 	})
 
-	// Another team's pod, owned as the ReplicaSet controller owns it, misses the Sidecar.
-	const hash = "5d4f8b9c7"
-	missedPod(t, k8s, victimNS, "web-"+hash+"-x1", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-" + hash, UID: "rs-uid"},
-		map[string]string{"app": "web", appsv1.DefaultDeploymentUniqueLabelKey: hash}, label)
+	// The Sidecar now selects the victim's namespace: its pod missed it.
+	var victimNamespace corev1.Namespace
+	if err := k8s.Get(ctx, client.ObjectKey{Name: victimNS}, &victimNamespace); err != nil {
+		t.Fatal(err)
+	}
+	victimNamespace.Labels["r7-team"] = label
+	if err := k8s.Update(ctx, &victimNamespace); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(35 * time.Second) // three of the blocked rollout's retries
 	for restartedAt(t, victimNS, "web") == "" {
 		if time.Now().After(deadline) {

@@ -23,8 +23,10 @@ import (
 
 // A restart is a patch of the workload's pod template, after a server-side
 // dry-run pod (which the grant policy holds the controllers to) shows the
-// webhook injects the target revision.
+// webhook injects the target revision, and the workload is shown to own
+// the pod (a Deployment through its ReplicaSet).
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets,verbs=get;patch
+// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=create
 
 // Reasons of the restarts' Events and condition.
@@ -89,6 +91,9 @@ type restarted struct {
 type restarts struct {
 	byKey map[string]*restarted
 	told  map[string]bool
+	// heldUntil holds back the dry run of a workload whose pods its own
+	// namespace refused, by restartKey.
+	heldUntil map[string]time.Time
 	// blockedUntil and blockedWhy hold back the dry run of a Sidecar whose
 	// last one failed, said once.
 	blockedUntil map[string]time.Time
@@ -96,7 +101,8 @@ type restarts struct {
 }
 
 func newRestarts() restarts {
-	return restarts{byKey: map[string]*restarted{}, told: map[string]bool{}, blockedUntil: map[string]time.Time{}, blockedWhy: map[string]string{}}
+	return restarts{byKey: map[string]*restarted{}, told: map[string]bool{}, heldUntil: map[string]time.Time{},
+		blockedUntil: map[string]time.Time{}, blockedWhy: map[string]string{}}
 }
 
 // unblock forgets that the Sidecar's dry run failed.
@@ -119,6 +125,11 @@ func (rs *restarts) forget(todo map[string]map[workload.Ref]*candidate, rolling 
 	for key := range rs.told {
 		if !rs.stillTold(key, todo) {
 			delete(rs.told, key)
+		}
+	}
+	for key, until := range rs.heldUntil {
+		if time.Now().After(until) {
+			delete(rs.heldUntil, key)
 		}
 	}
 	for name := range rs.blockedUntil {
@@ -149,7 +160,8 @@ func toldKey(sidecar string, ref workload.Ref, target string) string {
 type halt struct {
 	// blocked: a dry-run pod did not get the target; nothing acts.
 	blocked string
-	// stuck: restarted workloads past the deadline, or failing.
+	// stuck: restarted workloads past the deadline, or failing; each keeps
+	// its slot.
 	stuck []string
 	// more: workloads wait for a free slot.
 	more bool
@@ -161,9 +173,10 @@ type halt struct {
 // nothing else may act.
 func (r *Reconciler) restartWorkloads(ctx context.Context, engine *inject.Engine, sc *v1alpha1.Sidecar, p *pass) (halt, error) {
 	var h halt
+	// A stuck restart keeps its slot, and holds back nothing else: a
+	// tenant owns its workload's availability.
 	inFlight, err := r.followRestarts(ctx, sc, p, &h)
-	if err != nil || len(h.stuck) > 0 {
-		p.halted[sc.Name] = len(h.stuck) > 0
+	if err != nil {
 		return h, err
 	}
 	todo := p.restart[sc.Name]
@@ -220,7 +233,27 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, engine *inject.Engine
 				c.pod.Namespace, c.pod.Name, c.why, why)
 			continue
 		}
-		if why := r.confirm(ctx, sc.Name, pod, c); why != "" {
+		if why, err := r.owns(ctx, obj, c.pod); err != nil || why != "" {
+			if err != nil {
+				return h, err
+			}
+			r.tellOnce(sc, ref, c, obj, ReasonNotRestartable, "pod %s/%s %s, but %s: it is not restarted for it", c.pod.Namespace, c.pod.Name, c.why, why)
+			continue
+		}
+		key := restartKey(sc.Name, ref)
+		if time.Now().Before(r.restarts.heldUntil[key]) {
+			continue
+		}
+		why, theWebhooks := r.confirm(ctx, sc.Name, pod, c)
+		if why != "" && !theWebhooks {
+			// Its own namespace refuses its pods (Pod Security, a quota...):
+			// it waits, and holds back no one else.
+			r.restarts.heldUntil[key] = time.Now().Add(blockedRetry)
+			r.tellOnce(sc, ref, c, obj, ReasonNotRestartable, "pod %s/%s %s, but a server-side dry-run pod of its template is %s (tried again every %s)",
+				c.pod.Namespace, c.pod.Name, c.why, why, blockedRetry)
+			continue
+		}
+		if why != "" {
 			h.blocked = fmt.Sprintf("nothing is restarted while a server-side dry-run pod of %s does not get revision %s of sidecar %q: %s (tried again every %s)",
 				ref, c.target, sc.Name, why, blockedRetry)
 			p.halted[sc.Name] = true
@@ -250,8 +283,8 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, engine *inject.Engine
 }
 
 // followRestarts reads the workloads restarted for the Sidecar and not yet
-// done, and counts those still in flight; a failing one, or one not done
-// within the progress deadline, is stuck.
+// done, and counts those in flight; a failing one, or one not done within
+// the progress deadline, is stuck, and still in flight.
 func (r *Reconciler) followRestarts(ctx context.Context, sc *v1alpha1.Sidecar, p *pass, h *halt) (int, error) {
 	inFlight := 0
 	deadline := progressDeadline(sc)
@@ -281,13 +314,14 @@ func (r *Reconciler) followRestarts(ctx context.Context, sc *v1alpha1.Sidecar, p
 			p.next = minWait(p.next, left)
 			continue
 		}
+		inFlight++
 		why := fmt.Sprintf("%s: %s", rs.ref, failure)
 		h.stuck = append(h.stuck, why)
 		if !rs.toldStuck {
 			rs.toldStuck = true
 			actions.WithLabelValues(sc.Name, ActionHalted, "ok").Inc()
 			r.tellWorkload(sc, rs.ref, obj, nil, corev1.EventTypeWarning, ReasonProgressDeadlineExceeded,
-				fmt.Sprintf("the rollout of sidecar %q to revision %s is halted: %s", sc.Name, rs.target, why))
+				fmt.Sprintf("the restart for revision %s of sidecar %q keeps its slot: %s", rs.target, sc.Name, why))
 		}
 	}
 	slices.Sort(h.stuck)
@@ -333,19 +367,58 @@ func notGiven(engine *inject.Engine, pod *corev1.Pod, sidecar, target string, ns
 
 // confirm creates the workload's pod as a server-side dry run, and says
 // why it did not get the target revision of the sidecar; empty when it did.
-func (r *Reconciler) confirm(ctx context.Context, sidecar string, pod *corev1.Pod, c *candidate) string {
+// theWebhooks says the cause is not the workload's: a webhook the
+// apiserver could not call, the apiserver failing, or a pod the engine
+// gives the target admitted without it (the webhook skipped under
+// failurePolicy Ignore). A refusal by admission (our webhook's denial, Pod
+// Security, a quota) is the workload's own.
+func (r *Reconciler) confirm(ctx context.Context, sidecar string, pod *corev1.Pod, c *candidate) (why string, theWebhooks bool) {
 	if err := r.Client.Create(ctx, pod, client.DryRunAll); err != nil {
-		return "refused: " + err.Error()
+		transient := apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) ||
+			apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err)
+		return "refused: " + err.Error(), transient || strings.Contains(err.Error(), "failed calling webhook")
 	}
 	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
 		if rec.Name == sidecar {
 			if rec.Revision != c.target {
-				return fmt.Sprintf("it got revision %s", rec.Revision)
+				return fmt.Sprintf("it got revision %s", rec.Revision), true
 			}
-			return ""
+			return "", false
 		}
 	}
-	return "it was not injected (is the webhook reachable?)"
+	return "it was not injected (is the webhook reachable?)", true
+}
+
+// owns says why the workload is not the pod's owner, as the pod's
+// controller reference claims: a pod creator may write any reference, and
+// must not have another's workload restarted. A StatefulSet's or
+// DaemonSet's pod names it by UID; a Deployment's names a ReplicaSet the
+// Deployment controls. Empty when it owns the pod.
+func (r *Reconciler) owns(ctx context.Context, obj client.Object, pod *corev1.Pod) (string, error) {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return "it has no controller", nil
+	}
+	if _, isDeployment := obj.(*appsv1.Deployment); !isDeployment {
+		if owner.UID != obj.GetUID() {
+			return fmt.Sprintf("its controller reference names %s %s with another UID", owner.Kind, owner.Name), nil
+		}
+		return "", nil
+	}
+	var rs appsv1.ReplicaSet
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: owner.Name}, &rs)
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("its ReplicaSet %s does not exist", owner.Name), nil
+	case err != nil:
+		return "", err
+	case rs.UID != owner.UID:
+		return fmt.Sprintf("its controller reference names ReplicaSet %s with another UID", owner.Name), nil
+	}
+	if c := metav1.GetControllerOf(&rs); c == nil || c.UID != obj.GetUID() {
+		return fmt.Sprintf("its ReplicaSet %s is not the Deployment's", owner.Name), nil
+	}
+	return "", nil
 }
 
 // tellOnce tells, once per workload and target, an Event on the Sidecar

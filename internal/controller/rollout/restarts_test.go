@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,12 +19,23 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/restart"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 	"github.com/sidecar-operator/sidecar-operator/internal/workload"
 )
 
-const target = "0123456789abcdef"
+// logger selects the pods labelled logging=on; target is its revision.
+var logger, target = func() (*inject.Engine, string) {
+	sc := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "logger", UID: "logger-uid"}}
+	sc.Spec.Containers = []corev1.Container{{Name: "logger", Image: "example/logger:1"}}
+	sc.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"logging": "on"}}
+	e, err := inject.New([]v1alpha1.Sidecar{sc})
+	if err != nil {
+		panic(err)
+	}
+	return e, inject.Revision(&sc.Spec)
+}()
 
 // webhook stands in for the apiserver's admission of a dry-run pod: it
 // injects the Sidecar at revision, or nothing when revision is empty.
@@ -51,19 +63,23 @@ func (w *webhook) create(ctx context.Context, c client.WithWatch, obj client.Obj
 	return nil
 }
 
-func deploymentOf(name string) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Generation: 1},
+// deploymentOf is a Deployment and the ReplicaSet it controls.
+func deploymentOf(name string) (*appsv1.Deployment, *appsv1.ReplicaSet) {
+	labels := map[string]string{"app": name, "logging": "on"}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name + "-7d9f8c6b5", UID: types.UID(name + "-rs-uid"),
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: name, UID: types.UID(name + "-uid"), Controller: new(true)}}}}
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Generation: 1, UID: types.UID(name + "-uid")},
 		Spec: appsv1.DeploymentSpec{Replicas: new(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}}}
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}}}, rs
 }
 
 // podOf is a pod of a Deployment's ReplicaSet, as its controller names it.
 func podOf(name string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name + "-7d9f8c6b5-x1",
 		Labels:          map[string]string{"app": name, appsv1.DefaultDeploymentUniqueLabelKey: "7d9f8c6b5"},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name + "-7d9f8c6b5", Controller: new(true)}}}}
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name + "-7d9f8c6b5",
+			UID: types.UID(name + "-rs-uid"), Controller: new(true)}}}}
 }
 
 func newReconciler(t *testing.T, w *webhook, objs ...client.Object) (*Reconciler, client.Client, *events.FakeRecorder) {
@@ -71,7 +87,8 @@ func newReconciler(t *testing.T, w *webhook, objs ...client.Object) (*Reconciler
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).
 		WithInterceptorFuncs(interceptor.Funcs{Create: w.create}).Build()
 	rec := events.NewFakeRecorder(100)
-	r := &Reconciler{Client: c, APIReader: c, Events: rec, Log: logr.Discard(), restarts: newRestarts()}
+	r := &Reconciler{Client: c, APIReader: c, Events: rec, Log: logr.Discard(), restarts: newRestarts(),
+		NamespaceLabels: func(string) (map[string]string, bool) { return nil, true }}
 	return r, c, rec
 }
 
@@ -119,9 +136,11 @@ func TestRestartsPacedAndConfirmed(t *testing.T) {
 		return strings.Compare(workload.Rank(workload.Ref{Kind: "Deployment", Namespace: "shop", Name: a}),
 			workload.Rank(workload.Ref{Kind: "Deployment", Namespace: "shop", Name: b}))
 	})
-	r, c, _ := newReconciler(t, w, deploymentOf(names[0]), deploymentOf(names[1]))
+	d0, rs0 := deploymentOf(names[0])
+	d1, rs1 := deploymentOf(names[1])
+	r, c, _ := newReconciler(t, w, d0, rs0, d1, rs1)
 	sc := rolling(1)
-	h, err := r.restartWorkloads(ctx, sc, passOf(podOf(names[0]), podOf(names[1])))
+	h, err := r.restartWorkloads(ctx, logger, sc, passOf(podOf(names[0]), podOf(names[1])))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +148,7 @@ func TestRestartsPacedAndConfirmed(t *testing.T) {
 		t.Fatalf("restarted %v (more %v, %d dry runs, %d pods); want %v alone, after one dry run", got, h.more, w.dryRuns, w.realPods, names[:1])
 	}
 	// The first is in flight: its controller has not replaced its pods.
-	if _, err := r.restartWorkloads(ctx, sc, passOf(podOf(names[0]), podOf(names[1]))); err != nil {
+	if _, err := r.restartWorkloads(ctx, logger, sc, passOf(podOf(names[0]), podOf(names[1]))); err != nil {
 		t.Fatal(err)
 	}
 	if got := restartedNames(t, c, names...); len(got) != 1 {
@@ -144,7 +163,7 @@ func TestRestartsPacedAndConfirmed(t *testing.T) {
 	if err := c.Status().Update(ctx, &d); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.restartWorkloads(ctx, sc, passOf(podOf(names[1]))); err != nil {
+	if _, err := r.restartWorkloads(ctx, logger, sc, passOf(podOf(names[1]))); err != nil {
 		t.Fatal(err)
 	}
 	if got := restartedNames(t, c, names...); len(got) != 2 {
@@ -158,9 +177,10 @@ func TestRestartsPacedAndConfirmed(t *testing.T) {
 func TestNothingRestartedUnconfirmed(t *testing.T) {
 	for _, served := range []string{"", "fedcba9876543210"} {
 		w := &webhook{revision: served}
-		r, c, rec := newReconciler(t, w, deploymentOf("web"))
+		d, rs := deploymentOf("web")
+		r, c, rec := newReconciler(t, w, d, rs)
 		p := passOf(podOf("web"))
-		h, err := r.restartWorkloads(context.Background(), rolling(1), p)
+		h, err := r.restartWorkloads(context.Background(), logger, rolling(1), p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,15 +197,15 @@ func TestNothingRestartedUnconfirmed(t *testing.T) {
 // is OnDelete, are told of once and never restarted or deleted.
 func TestNotRestartable(t *testing.T) {
 	ctx := context.Background()
-	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db"},
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db", UID: "db-uid"},
 		Spec: appsv1.StatefulSetSpec{UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}}}
 	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "debug"}}
 	stsPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db-0",
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", Controller: new(true)}}}}
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "db-uid", Controller: new(true)}}}}
 	w := &webhook{revision: target}
 	r, c, rec := newReconciler(t, w, sts, bare)
 	for range 2 {
-		if _, err := r.restartWorkloads(ctx, rolling(10), passOf(bare, stsPod)); err != nil {
+		if _, err := r.restartWorkloads(ctx, logger, rolling(10), passOf(bare, stsPod)); err != nil {
 			t.Fatal(err)
 		}
 	}

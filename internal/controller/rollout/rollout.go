@@ -394,9 +394,9 @@ func (r *Reconciler) progress(ctx context.Context, sc *v1alpha1.Sidecar, stuck [
 	case h.blocked != "":
 		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonInjectionUnconfirmed
 		cond.Message = h.blocked
-	case len(h.stuck) > 0:
+	case len(h.stuck) > 0 && len(stuck) == 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonProgressDeadlineExceeded
-		cond.Message = "halted: " + strings.Join(h.stuck, "; ")
+		cond.Message = "restarted workloads that keep their slots, not available in time: " + strings.Join(h.stuck, "; ")
 	case len(stuck) > 0:
 		why := make([]string, 0, len(stuck))
 		for _, m := range stuck {
