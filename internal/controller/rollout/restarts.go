@@ -201,13 +201,13 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, engine *inject.Engine
 		c := todo[ref]
 		if prev := r.restarts.byKey[restartKey(sc.Name, ref)]; prev != nil && prev.target == c.target {
 			if prev.done {
-				r.tellOnce(sc, ref, c, nil, ReasonNotRestartable, "restarted, but its pod %s/%s still %s", c.pod.Namespace, c.pod.Name, c.why)
+				r.tellNotRestartable(sc, ref, c, nil, "restarted, but its pod %s/%s still %s", c.pod.Namespace, c.pod.Name, c.why)
 			}
 			continue
 		}
 		obj := restart.New(ref.Kind)
 		if obj == nil {
-			r.tellOnce(sc, ref, c, nil, ReasonNotRestartable, "pod %s/%s %s, and no restart replaces a %s's pods: delete the pod for its owner to recreate it",
+			r.tellNotRestartable(sc, ref, c, nil, "pod %s/%s %s, and no restart replaces a %s's pods: delete the pod for its owner to recreate it",
 				c.pod.Namespace, c.pod.Name, c.why, ref.Kind)
 			continue
 		}
@@ -222,14 +222,14 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, engine *inject.Engine
 			return h, err
 		}
 		if why := restart.ReplacesNothing(obj); why != "" {
-			r.tellOnce(sc, ref, c, obj, ReasonNotRestartable, "pod %s/%s %s, but a restart replaces no pod: %s", c.pod.Namespace, c.pod.Name, c.why, why)
+			r.tellNotRestartable(sc, ref, c, obj, "pod %s/%s %s, but a restart replaces no pod: %s", c.pod.Namespace, c.pod.Name, c.why, why)
 			continue
 		}
 		pod := dryRunPod(ref, obj, c)
 		// A template the engine does not give the target is this workload's
 		// own: restarting it repairs nothing, and it holds back no one else.
 		if why := notGiven(engine, pod, sc.Name, c.target, r.NamespaceLabels); why != "" {
-			r.tellOnce(sc, ref, c, obj, ReasonNotRestartable, "pod %s/%s %s, but a restart would not repair it: its pod template %s",
+			r.tellNotRestartable(sc, ref, c, obj, "pod %s/%s %s, but a restart would not repair it: its pod template %s",
 				c.pod.Namespace, c.pod.Name, c.why, why)
 			continue
 		}
@@ -237,7 +237,7 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, engine *inject.Engine
 			if err != nil {
 				return h, err
 			}
-			r.tellOnce(sc, ref, c, obj, ReasonNotRestartable, "pod %s/%s %s, but %s: it is not restarted for it", c.pod.Namespace, c.pod.Name, c.why, why)
+			r.tellNotRestartable(sc, ref, c, obj, "pod %s/%s %s, but %s: it is not restarted for it", c.pod.Namespace, c.pod.Name, c.why, why)
 			continue
 		}
 		key := restartKey(sc.Name, ref)
@@ -249,7 +249,7 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, engine *inject.Engine
 			// Its own namespace refuses its pods (Pod Security, a quota...):
 			// it waits, and holds back no one else.
 			r.restarts.heldUntil[key] = time.Now().Add(blockedRetry)
-			r.tellOnce(sc, ref, c, obj, ReasonNotRestartable, "pod %s/%s %s, but a server-side dry-run pod of its template is %s (tried again every %s)",
+			r.tellNotRestartable(sc, ref, c, obj, "pod %s/%s %s, but a server-side dry-run pod of its template is %s (tried again every %s)",
 				c.pod.Namespace, c.pod.Name, c.why, why, blockedRetry)
 			continue
 		}
@@ -421,20 +421,19 @@ func (r *Reconciler) owns(ctx context.Context, obj client.Object, pod *corev1.Po
 	return "", nil
 }
 
-// tellOnce tells, once per workload and target, an Event on the Sidecar
-// and the workload, and counts it.
-func (r *Reconciler) tellOnce(sc *v1alpha1.Sidecar, ref workload.Ref, c *candidate, obj client.Object, reason, format string, args ...any) {
-	key := toldKey(sc.Name, ref, c.target) + "\x00" + reason
+// tellNotRestartable tells, once per workload and target, why the
+// workload is not restarted: an Event on the Sidecar and the workload, and
+// the metric.
+func (r *Reconciler) tellNotRestartable(sc *v1alpha1.Sidecar, ref workload.Ref, c *candidate, obj client.Object, format string, args ...any) {
+	key := toldKey(sc.Name, ref, c.target) + "\x00" + ReasonNotRestartable
 	if r.restarts.told[key] {
 		return
 	}
 	r.restarts.told[key] = true
 	note := fmt.Sprintf(format, args...)
-	if reason == ReasonNotRestartable {
-		actions.WithLabelValues(sc.Name, ActionNotRestartable, "ok").Inc()
-	}
-	r.Log.Info(note, "sidecar", sc.Name, "reason", reason)
-	r.tellWorkload(sc, ref, obj, c.pod, corev1.EventTypeWarning, reason, note)
+	actions.WithLabelValues(sc.Name, ActionNotRestartable, "ok").Inc()
+	r.Log.Info(note, "sidecar", sc.Name, "reason", ReasonNotRestartable)
+	r.tellWorkload(sc, ref, obj, c.pod, corev1.EventTypeWarning, ReasonNotRestartable, note)
 }
 
 // tellWorkload records an Event on the Sidecar and one on the workload (the

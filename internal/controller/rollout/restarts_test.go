@@ -77,7 +77,7 @@ func deploymentOf(name string) (*appsv1.Deployment, *appsv1.ReplicaSet) {
 // podOf is a pod of a Deployment's ReplicaSet, as its controller names it.
 func podOf(name string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name + "-7d9f8c6b5-x1",
-		Labels:          map[string]string{"app": name, appsv1.DefaultDeploymentUniqueLabelKey: "7d9f8c6b5"},
+		Labels: map[string]string{"app": name, appsv1.DefaultDeploymentUniqueLabelKey: "7d9f8c6b5"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name + "-7d9f8c6b5",
 			UID: types.UID(name + "-rs-uid"), Controller: new(true)}}}}
 }
