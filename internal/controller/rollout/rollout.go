@@ -103,7 +103,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("rollout").
 		Watches(&v1alpha1.Sidecar{}, all, builder.WithPredicates(watch.ServedChanged(), strategyChanged())).
-		Watches(&corev1.Pod{}, all, builder.WithPredicates(watch.InjectionChanged(), sidecarsReadyChanged())).
+		Watches(&corev1.Pod{}, all, builder.WithPredicates(podChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
 }
@@ -111,6 +111,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // strategyChanged passes Sidecar updates whose strategy changed (a
 // generation change, which ServedChanged passes too).
 func strategyChanged() predicate.Predicate { return predicate.GenerationChangedPredicate{} }
+
+// podChanged passes pod events that change what a record verifies against
+// or whether the injected containers are ready: either may call for a pass.
+// (A watch's predicates must all pass, so they are joined here.)
+func podChanged() predicate.Predicate {
+	return predicate.Or(watch.InjectionChanged(), sidecarsReadyChanged())
+}
 
 // sidecarsReadyChanged passes pod updates that change what the injected
 // containers run or whether they are ready: each may free a slot.
