@@ -131,7 +131,7 @@ bench-e2e: control-plane ## Pod create latency on a local control plane: no webh
 	hack/bench-e2e.sh
 
 .PHONY: bench-operator
-bench-operator: control-plane ## The operator on PODS (10,000) injected pods in NAMESPACES (1,000) namespaces: convergence, RSS, writes.
+bench-operator: control-plane ## The operator on PODS (10,000) injected pods in NAMESPACES (1,000) namespaces: convergence, RSS, writes; churn; a rollout in place.
 	hack/bench-operator.sh
 
 .PHONY: demo

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/rollout"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
@@ -38,7 +39,8 @@ import (
 // runOperator measures the operator at scale: pods already injected with
 // seed 000's agent, spread over namespaces and ServiceAccounts, exist before
 // it starts; it reports how long RBAC and status take to converge, the
-// operator's peak RSS and how many writes it sent.
+// operator's peak RSS and how many writes it sent, then what churn and an
+// upgrade of every pod in place cost it.
 func runOperator(args []string) error {
 	fs := flag.NewFlagSet("operator", flag.ExitOnError)
 	kubeconfig := fs.String("kubeconfig", ".local/kubeconfig", "kubeconfig of the control plane")
@@ -49,6 +51,11 @@ func runOperator(args []string) error {
 	churnRate := fs.Int("churn-rate", 50, "after convergence, pods created and as many deleted per second (0: no churn)")
 	churnFor := fs.Duration("churn-duration", time.Minute, "how long the churn lasts")
 	heapProfile := fs.String("heap-profile", "", "write the operator's heap profile at convergence to this file")
+	rollingOut := fs.Bool("rollout", true, "after convergence and churn, upgrade every pod in place: RollingUpdate and a new image")
+	maxUnavailable := fs.String("rollout-max-unavailable", "10%", "the rollout's spec.updateStrategy.maxUnavailable")
+	newImage := fs.String("rollout-image", "registry.example.com/xxl-job/xxl-agent:1.5.0", "the agent's image the rollout moves to")
+	cpuProfile := fs.String("cpu-profile", "", "write the operator's CPU profile of the rollout's first -cpu-profile-seconds to this file")
+	cpuSeconds := fs.Int("cpu-profile-seconds", 30, "how long the CPU profile lasts")
 	_ = fs.Parse(args)
 
 	ctx := context.Background()
@@ -91,7 +98,7 @@ func runOperator(args []string) error {
 	runArgs := []string{"run", "--kubeconfig", *kubeconfig, "--webhook-addr", freeAddr(),
 		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--zap-log-level", "error"}
 	pprofAddr := freeAddr()
-	if *heapProfile != "" {
+	if *heapProfile != "" || *cpuProfile != "" {
 		runArgs = append(runArgs, "--pprof-bind-address", pprofAddr)
 	}
 	cmd := exec.Command(*binary, runArgs...)
@@ -126,17 +133,28 @@ func runOperator(args []string) error {
 		return err
 	}
 	if *heapProfile != "" {
-		if err := saveHeapProfile(pprofAddr, *heapProfile); err != nil {
+		if err := saveProfile(pprofAddr, "heap?gc=1", *heapProfile); err != nil {
 			return err
 		}
 	}
 	fmt.Printf("operator converged in %s: %d RoleBindings, status %d/%d pods injected\n",
 		converged.Round(100*time.Millisecond), wantBindings, agent.Status.InjectedPods, *pods)
 	fmt.Printf("peak RSS %d MiB; write requests sent: %s\n", rss>>20, m.writes())
-	if *churnRate == 0 {
+	if *churnRate > 0 {
+		if err := churn(ctx, k8s, engine, ring, agent, metricsAddr, *churnRate, *churnFor, *pods, *namespaces); err != nil {
+			return err
+		}
+	}
+	if !*rollingOut {
 		return nil
 	}
-	return churn(ctx, k8s, engine, ring, agent, metricsAddr, *churnRate, *churnFor, *pods, *namespaces)
+	profile := func() error {
+		if *cpuProfile == "" {
+			return nil
+		}
+		return saveProfile(pprofAddr, fmt.Sprintf("profile?seconds=%d", *cpuSeconds), *cpuProfile)
+	}
+	return rolloutPhase(ctx, k8s, agent, metricsAddr, cmd.Process.Pid, *maxUnavailable, *newImage, profile)
 }
 
 // churn creates and deletes rate pods a second for d, with the operator
@@ -300,9 +318,9 @@ func scalePod(engine *inject.Engine, ring *signing.Ring, name string, i, namespa
 	return res.Pod, nil
 }
 
-// saveHeapProfile writes the operator's heap profile, after a collection.
-func saveHeapProfile(addr, file string) error {
-	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+// saveProfile writes one of the operator's profiles, by its pprof path.
+func saveProfile(addr, path, file string) error {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/" + path)
 	if err != nil {
 		return err
 	}
@@ -317,7 +335,8 @@ func saveHeapProfile(addr, file string) error {
 }
 
 // metricValues are sums of the operator's metrics: client-go's
-// rest_client_requests_total by write method, and its engine builds.
+// rest_client_requests_total by write method (and PUTs by code), its engine
+// builds and the pods its rollout upgraded in place.
 type metricValues map[string]float64
 
 var writeMethods = []string{"POST", "PUT", "PATCH", "DELETE"}
@@ -352,10 +371,16 @@ func scrape(addr string) (metricValues, error) {
 		switch {
 		case strings.HasPrefix(line, "sidecar_operator_engine_builds_total "):
 			m["engine_builds"] = n
+		case strings.HasPrefix(line, "sidecar_operator_rollout_actions_total{") &&
+			strings.Contains(line, `action="`+rollout.ActionInPlace+`"`) && strings.Contains(line, `result="ok"`):
+			m["inplace_ok"] += n
 		case strings.HasPrefix(line, "rest_client_requests_total{"):
 			for _, method := range writeMethods {
 				if strings.Contains(line, `method="`+method+`"`) {
 					m[method] += n
+					if code := `code="409"`; strings.Contains(line, code) {
+						m[method+" 409"] += n
+					}
 				}
 			}
 		}

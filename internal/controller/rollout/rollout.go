@@ -128,7 +128,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("rollout").
 		// Either predicate passes an event: a builder's list must pass all.
 		Watches(&v1alpha1.Sidecar{}, all, builder.WithPredicates(predicate.Or(watch.ServedChanged(), strategyChanged()))).
-		Watches(&corev1.Pod{}, all, builder.WithPredicates(predicate.Or(watch.InjectionChanged(), sidecarsReadyChanged()))).
+		Watches(&corev1.Pod{}, all, builder.WithPredicates(podChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
 }
@@ -136,6 +136,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // strategyChanged passes Sidecar updates whose strategy changed (a
 // generation change, which ServedChanged passes too).
 func strategyChanged() predicate.Predicate { return predicate.GenerationChangedPredicate{} }
+
+// podChanged passes pod events that change what a record verifies against
+// or whether the injected containers are ready: either may call for a pass.
+// (A watch's predicates must all pass, so they are joined here.)
+func podChanged() predicate.Predicate {
+	return predicate.Or(watch.InjectionChanged(), sidecarsReadyChanged())
+}
 
 // sidecarsReadyChanged passes pod updates that change what the injected
 // containers run or whether they are ready: each may free a slot.
@@ -330,6 +337,11 @@ func (r *Reconciler) survey(view *grants.View, rolling map[string]*v1alpha1.Side
 				} else if p.next == 0 || left < p.next {
 					p.next = left
 				}
+			case moved:
+				// Moved by this leader, and the cache not caught up yet: in
+				// flight, not moved again.
+				p.inFlight[rec.Name]++
+				seen[key] = true
 			case r.told[key] != "":
 				seen[key] = true // not movable in place: told once, not read again; its workload restarts
 				p.needsRestart(rec.Name, *ref, pod, target, "not upgradable in place: "+r.told[key])
