@@ -117,9 +117,12 @@ func restartKey(sidecar string, ref workload.Ref) string { return sidecar + "\x0
 // restarts of workloads no longer to restart, and what was told of them.
 func (rs *restarts) forget(todo map[string]map[workload.Ref]*candidate, rolling map[string]*v1alpha1.Sidecar) {
 	for key, r := range rs.byKey {
-		c := todo[r.sidecar][r.ref]
-		if rolling[r.sidecar] == nil || r.done && (c == nil || c.target != r.target) {
+		c, sc := todo[r.sidecar][r.ref], rolling[r.sidecar]
+		switch {
+		case sc == nil, r.done && (c == nil || c.target != r.target):
 			delete(rs.byKey, key)
+		case r.target != inject.Revision(&sc.Spec) && r.target != sc.Status.CurrentRevision:
+			delete(rs.byKey, key) // a revision no longer served: a new spec starts afresh
 		}
 	}
 	for key := range rs.told {

@@ -229,3 +229,21 @@ func TestNotRestartable(t *testing.T) {
 		t.Errorf("the StatefulSet was restarted: %v", err)
 	}
 }
+
+// TestNewSpecFreesStuckRestarts: a restart in flight for a revision the
+// Sidecar no longer serves is forgotten, freeing its slot; one for the
+// revision served is kept.
+func TestNewSpecFreesStuckRestarts(t *testing.T) {
+	sc := rolling(1)
+	sc.Spec.Containers = []corev1.Container{{Name: "logger", Image: "example/logger:2"}}
+	served := inject.Revision(&sc.Spec)
+	ref := workload.Ref{Kind: "Deployment", Namespace: "shop", Name: "web"}
+	other := workload.Ref{Kind: "Deployment", Namespace: "shop", Name: "api"}
+	rs := newRestarts()
+	rs.byKey[restartKey("logger", ref)] = &restarted{ref: ref, sidecar: "logger", target: "0123456789abcdef"}
+	rs.byKey[restartKey("logger", other)] = &restarted{ref: other, sidecar: "logger", target: served}
+	rs.forget(nil, map[string]*v1alpha1.Sidecar{"logger": sc})
+	if rs.byKey[restartKey("logger", ref)] != nil || rs.byKey[restartKey("logger", other)] == nil {
+		t.Errorf("after a new spec: %v; want only the restart for %s kept", rs.byKey, served)
+	}
+}
