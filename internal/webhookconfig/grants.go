@@ -165,8 +165,7 @@ func grantVariables(namespace string) []admissionv1.Variable {
 		{Name: "record", Expression: fmt.Sprintf("oldObject.metadata.?annotations[?'%s'].orValue('')", v1alpha1.AnnotationStatus)},
 		{Name: "podMoved", Expression: fmt.Sprintf("request.?subResource.orValue('') == '' && variables.record != '' && "+
 			"!(request.namespace in ['%[1]s', '%[2]s']) && namespaceObject.metadata.?labels[?'%[3]s'].orValue('') != 'disabled' && "+
-			"object.metadata.?labels == oldObject.metadata.?labels && object.metadata.?finalizers == oldObject.metadata.?finalizers && "+
-			"object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && "+
+			ownersKept+" && "+
 			"oldObject.metadata.annotations.all(k, k == '%[4]s' || object.metadata.?annotations[?k] == oldObject.metadata.annotations[?k]) && "+
 			"object.metadata.?annotations.orValue({}).all(k, k in oldObject.metadata.annotations) && "+
 			"object.spec.?tolerations == oldObject.spec.?tolerations && object.spec.?activeDeadlineSeconds == oldObject.spec.?activeDeadlineSeconds && "+
@@ -183,18 +182,16 @@ func grantVariables(namespace string) []admissionv1.Variable {
 			"object.spec.?initContainers.orValue([]).all(c, oldObject.spec.?initContainers.orValue([]).exists(o, o.name == c.name && "+
 			"(o.image == c.image || variables.record.contains('\"' + c.name + '\"'))))",
 			metav1.NamespaceSystem, namespace, v1alpha1.LabelValidation, v1alpha1.AnnotationStatus)},
+		{Name: "sidecar", Expression: fmt.Sprintf("request.resource.group == '%s' && request.resource.resource == '%s'",
+			v1alpha1.GroupVersion.Group, sidecarsResource)},
+		{Name: "workload", Expression: fmt.Sprintf("request.resource.group == '%s'", appsv1.GroupName)},
 		// A restart, as `kubectl rollout restart` makes it: the pod
 		// template's restart annotation and nothing else; the spec fields
 		// of all three kinds are named (a field a kind lacks is absent on
 		// both sides).
-		{Name: "sidecar", Expression: fmt.Sprintf("request.resource.group == '%s' && request.resource.resource == '%s'",
-			v1alpha1.GroupVersion.Group, sidecarsResource)},
-		{Name: "workload", Expression: fmt.Sprintf("request.resource.group == '%s'", appsv1.GroupName)},
-		{Name: "restart", Expression: fmt.Sprintf("!(request.namespace in ['%[1]s', '%[2]s']) && "+
-			"object.metadata.?labels == oldObject.metadata.?labels && "+
+		{Name: "restart", Expression: fmt.Sprintf("!(request.namespace in ['%[1]s', '%[2]s']) && "+ownersKept+" && "+
 			// The apiserver counts a DaemonSet's template changes in this annotation.
 			"%[5]s && "+
-			"object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && object.metadata.?finalizers == oldObject.metadata.?finalizers && "+
 			"object.spec.template.spec == oldObject.spec.template.spec && "+
 			"object.spec.template.metadata.?labels == oldObject.spec.template.metadata.?labels && "+
 			"object.spec.template.metadata.?finalizers == oldObject.spec.template.metadata.?finalizers && "+
@@ -320,6 +317,11 @@ func grantValidations(namespace string) []admissionv1.Validation {
 
 // quotedCEL is s as a raw CEL string literal, triple double-quoted: s
 // holds no double quote.
+// ownersKept says that the object's labels, finalizers and owner
+// references are unchanged.
+const ownersKept = "object.metadata.?labels == oldObject.metadata.?labels && object.metadata.?finalizers == oldObject.metadata.?finalizers && " +
+	"object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences"
+
 // annotationsKeptBut says that the annotations at path (of object and
 // oldObject) are the same but for key.
 func annotationsKeptBut(path, key string) string {

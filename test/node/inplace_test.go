@@ -50,17 +50,7 @@ func upgradeInPlace(t *testing.T, name string, native bool) {
 	sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate, MaxUnavailable: new(intstr.FromInt32(1))}
 	labels := map[string]string{name: "on"}
 	createSidecar(t, sc, appPod(ns, "probe", labels))
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec:       appsv1.DeploymentSpec{Replicas: new(int32(3)), Selector: selector("web"), Template: template("web", labels)},
-	}
-	if err := k8s.Create(ctx, d); err != nil {
-		t.Fatal(err)
-	}
-	before := map[string]corev1.Pod{}
-	for _, p := range waitRunning(t, ns, map[string]string{"app": "web"}, 3) {
-		before[p.Name] = p
-	}
+	before := runWeb(t, ns, labels)
 
 	start := time.Now()
 	updateSidecar(t, name, func(s *v1alpha1.Sidecar) { s.Spec.Containers[0].Image = v2 })
@@ -173,6 +163,24 @@ func sidecarContainer(p *corev1.Pod, name string) *corev1.Container {
 		}
 	}
 	return nil
+}
+
+// runWeb creates Deployment web of 3 pods labelled labels, and returns its
+// pods, by name, once they run.
+func runWeb(t *testing.T, ns string, labels map[string]string) map[string]corev1.Pod {
+	t.Helper()
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec:       appsv1.DeploymentSpec{Replicas: new(int32(3)), Selector: selector("web"), Template: template("web", labels)},
+	}
+	if err := k8s.Create(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	pods := map[string]corev1.Pod{}
+	for _, p := range waitRunning(t, ns, map[string]string{"app": "web"}, 3) {
+		pods[p.Name] = p
+	}
+	return pods
 }
 
 func sidecarStatus(p *corev1.Pod, name string) (corev1.ContainerStatus, bool) {

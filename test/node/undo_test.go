@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -49,17 +48,7 @@ func TestUnpullableImageHaltsAndUndoRestores(t *testing.T) {
 	labels := map[string]string{name: "on"}
 	createSidecar(t, sc, appPod(ns, "probe", labels))
 	good := currentRevision(t, name)
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec:       appsv1.DeploymentSpec{Replicas: new(int32(3)), Selector: selector("web"), Template: template("web", labels)},
-	}
-	if err := k8s.Create(ctx, d); err != nil {
-		t.Fatal(err)
-	}
-	before := map[string]corev1.Pod{}
-	for _, p := range waitRunning(t, ns, map[string]string{"app": "web"}, 3) {
-		before[p.Name] = p
-	}
+	before := runWeb(t, ns, labels)
 
 	updateSidecar(t, name, func(s *v1alpha1.Sidecar) { s.Spec.Containers[0].Image = absent })
 	bad := currentRevision(t, name)
