@@ -91,8 +91,8 @@ type restarted struct {
 type restarts struct {
 	byKey map[string]*restarted
 	told  map[string]bool
-	// heldUntil holds back the dry run of a workload whose pods its own
-	// namespace refused, by restartKey.
+	// heldUntil holds back a workload not restarted for its own reasons
+	// (its template, its ownership, its namespace's refusal), by restartKey.
 	heldUntil map[string]time.Time
 	// blockedUntil and blockedWhy hold back the dry run of a Sidecar whose
 	// last one failed, said once.
@@ -218,6 +218,17 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, engine *inject.Engine
 			h.more = true
 			break
 		}
+		// A workload held back for its own reasons is read again, and
+		// dry-run again, once every blockedRetry: a tenant's many workloads
+		// cost a bounded rate of requests.
+		key := restartKey(sc.Name, ref)
+		if time.Now().Before(r.restarts.heldUntil[key]) {
+			continue
+		}
+		hold := func(format string, args ...any) {
+			r.restarts.heldUntil[key] = time.Now().Add(blockedRetry)
+			r.tellNotRestartable(sc, ref, c, obj, format, args...)
+		}
 		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, obj); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
@@ -225,34 +236,28 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, engine *inject.Engine
 			return h, err
 		}
 		if why := restart.ReplacesNothing(obj); why != "" {
-			r.tellNotRestartable(sc, ref, c, obj, "pod %s/%s %s, but a restart replaces no pod: %s", c.pod.Namespace, c.pod.Name, c.why, why)
+			hold("pod %s/%s %s, but a restart replaces no pod: %s", c.pod.Namespace, c.pod.Name, c.why, why)
 			continue
 		}
 		pod := dryRunPod(ref, obj, c)
 		// A template the engine does not give the target is this workload's
 		// own: restarting it repairs nothing, and it holds back no one else.
 		if why := notGiven(engine, pod, sc.Name, c.target, r.NamespaceLabels); why != "" {
-			r.tellNotRestartable(sc, ref, c, obj, "pod %s/%s %s, but a restart would not repair it: its pod template %s",
-				c.pod.Namespace, c.pod.Name, c.why, why)
+			hold("pod %s/%s %s, but a restart would not repair it: its pod template %s", c.pod.Namespace, c.pod.Name, c.why, why)
 			continue
 		}
 		if why, err := r.owns(ctx, obj, c.pod); err != nil || why != "" {
 			if err != nil {
 				return h, err
 			}
-			r.tellNotRestartable(sc, ref, c, obj, "pod %s/%s %s, but %s: it is not restarted for it", c.pod.Namespace, c.pod.Name, c.why, why)
-			continue
-		}
-		key := restartKey(sc.Name, ref)
-		if time.Now().Before(r.restarts.heldUntil[key]) {
+			hold("pod %s/%s %s, but %s: it is not restarted for it", c.pod.Namespace, c.pod.Name, c.why, why)
 			continue
 		}
 		why, theWebhooks := r.confirm(ctx, sc.Name, pod, c)
 		if why != "" && !theWebhooks {
 			// Its own namespace refuses its pods (Pod Security, a quota...):
 			// it waits, and holds back no one else.
-			r.restarts.heldUntil[key] = time.Now().Add(blockedRetry)
-			r.tellNotRestartable(sc, ref, c, obj, "pod %s/%s %s, but a server-side dry-run pod of its template is %s (tried again every %s)",
+			hold("pod %s/%s %s, but a server-side dry-run pod of its template is %s (tried again every %s)",
 				c.pod.Namespace, c.pod.Name, c.why, why, blockedRetry)
 			continue
 		}
@@ -276,7 +281,7 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, engine *inject.Engine
 			}
 			return h, fmt.Errorf("restarting %s: %w", ref, err)
 		}
-		r.restarts.byKey[restartKey(sc.Name, ref)] = &restarted{ref: ref, sidecar: sc.Name, target: c.target, at: time.Now(), generation: obj.GetGeneration()}
+		r.restarts.byKey[key] = &restarted{ref: ref, sidecar: sc.Name, target: c.target, at: time.Now(), generation: obj.GetGeneration()}
 		budget--
 		actions.WithLabelValues(sc.Name, ActionRestart, "ok").Inc()
 		r.tellWorkload(sc, ref, obj, c.pod, corev1.EventTypeNormal, ReasonRestarted, fmt.Sprintf(

@@ -247,3 +247,28 @@ func TestNewSpecFreesStuckRestarts(t *testing.T) {
 		t.Errorf("after a new spec: %v; want only the restart for %s kept", rs.byKey, served)
 	}
 }
+
+// TestHeldBackReadOncePerRetry: a workload not restarted for its own
+// reasons (here, a pod whose controller reference names a Deployment that
+// does not own it) is read once, then left until blockedRetry has passed:
+// a tenant's many such workloads cost a bounded rate of requests.
+func TestHeldBackReadOncePerRetry(t *testing.T) {
+	d, _ := deploymentOf("web") // its ReplicaSet is not stored: the pod's claim fails
+	w := &webhook{revision: target}
+	r, _, _ := newReconciler(t, w, d)
+	gets := 0
+	r.APIReader = interceptor.NewClient(r.Client.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			gets++
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	for range 3 {
+		if _, err := r.restartWorkloads(context.Background(), logger, rolling(1), passOf(podOf("web"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gets != 2 || w.dryRuns != 0 {
+		t.Errorf("%d reads (want 2: the Deployment and its ReplicaSet, once) and %d dry runs (want none) in three passes", gets, w.dryRuns)
+	}
+}
