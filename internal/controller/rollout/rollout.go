@@ -223,6 +223,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			continue
 		}
 		budget -= p.inFlight[name]
+		var upgraded []moving
 		for _, m := range pods {
 			if p.restart[name][m.workload] != nil {
 				continue // its workload restarts: one pod of it told why
@@ -234,12 +235,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			switch r.move(ctx, view, sc, m) {
 			case moved:
 				budget--
+				upgraded = append(upgraded, m)
 			case toldNotInPlace:
 				// Its workload restarts on the next pass, and its other pods are not read.
 				p.needsRestart(name, m.workload, m.pod, m.target, "not upgradable in place: "+r.told[movedKey(m.pod, name, m.target)])
 				more = true
 			}
 		}
+		r.tellUpgraded(sc, upgraded)
 	}
 	next := p.next
 	if more && (next == 0 || next > 5*time.Second) {
@@ -540,15 +543,60 @@ func (r *Reconciler) move(ctx context.Context, view *grants.View, sc *v1alpha1.S
 	}
 	r.upgradedAt[movedKey(&live, m.sidecar, m.target)] = time.Now()
 	actions.WithLabelValues(m.sidecar, ActionInPlace, "ok").Inc()
-	r.tell(sc, upgraded, corev1.EventTypeNormal, ReasonUpgradedInPlace,
+	// The Sidecar's Event is the pass's summary (tellUpgraded).
+	r.tellOwner(upgraded, corev1.EventTypeNormal, ReasonUpgradedInPlace,
 		fmt.Sprintf("pod %s/%s upgraded in place from revision %s to %s of sidecar %q", live.Namespace, live.Name, m.from, m.target, m.sidecar))
 	return moved
+}
+
+// upgradedNamed is how many pods a summary Event names.
+const upgradedNamed = 5
+
+// tellUpgraded records on the Sidecar one Event per pass and revision
+// moved from, naming the first pods: the recorder keeps each Event it
+// records for up to 12 minutes for its series, so one per pod would hold
+// the fleet's worth while a rollout runs (docs/performance.md). Each pod's
+// own Event is on its workload.
+func (r *Reconciler) tellUpgraded(sc *v1alpha1.Sidecar, moves []moving) {
+	byFrom := map[string][]moving{}
+	var froms []string
+	for _, m := range moves {
+		if byFrom[m.from] == nil {
+			froms = append(froms, m.from)
+		}
+		byFrom[m.from] = append(byFrom[m.from], m)
+	}
+	for _, from := range froms {
+		ms := byFrom[from]
+		names := make([]string, 0, upgradedNamed)
+		for _, m := range ms[:min(len(ms), upgradedNamed)] {
+			names = append(names, m.pod.Namespace+"/"+m.pod.Name)
+		}
+		more := ""
+		if len(ms) > upgradedNamed {
+			more = fmt.Sprintf(" and %d more", len(ms)-upgradedNamed)
+		}
+		// Related is a pod of this pass: the recorder folds Events alike in
+		// all but the note into one series, which would keep the first note.
+		pods := "pods"
+		if len(ms) == 1 {
+			pods = "pod"
+		}
+		r.Events.Eventf(sc, ms[0].pod, corev1.EventTypeNormal, ReasonUpgradedInPlace, "Upgrade", "%d %s upgraded in place from revision %s to %s: %s%s",
+			len(ms), pods, from, ms[0].target, strings.Join(names, ", "), more)
+	}
 }
 
 // tell records an Event on the Sidecar and one on the pod's workload (its
 // controller, else the pod), where its owners look.
 func (r *Reconciler) tell(sc *v1alpha1.Sidecar, pod *corev1.Pod, eventType, reason, note string) {
 	r.Events.Eventf(sc, pod, eventType, reason, "Upgrade", "%s", note)
+	r.tellOwner(pod, eventType, reason, note)
+}
+
+// tellOwner records an Event on the pod's workload: its controller, else
+// the pod.
+func (r *Reconciler) tellOwner(pod *corev1.Pod, eventType, reason, note string) {
 	regarding := runtime.Object(pod)
 	if owner := metav1.GetControllerOf(pod); owner != nil {
 		regarding = &corev1.ObjectReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Namespace: pod.Namespace, Name: owner.Name, UID: owner.UID}
