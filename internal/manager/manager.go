@@ -48,6 +48,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/grants"
 	"github.com/sidecar-operator/sidecar-operator/internal/inventory"
 	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
+	"github.com/sidecar-operator/sidecar-operator/internal/onceevents"
 	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 	"github.com/sidecar-operator/sidecar-operator/internal/secrets"
@@ -269,10 +270,14 @@ func addFleetControllers(
 	if err := (&revision.Reconciler{Client: mgr.GetClient(), Namespace: opts.Namespace, Log: log.WithName("revision")}).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	moves := onceevents.New(mgr.GetClient(), mgr.GetScheme(), rollout.ReportingController, log.WithName("rollout-events"))
+	if err := mgr.Add(moves); err != nil {
+		return err
+	}
 	return (&rollout.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.All,
 		NamespaceLabels: nsLabels, Excluded: webhookconfig.NewServing(mutating).Excludes(nsLabels),
-		Events: mgr.GetEventRecorder(rollout.ReportingController), Log: log.WithName("rollout"),
+		Events: mgr.GetEventRecorder(rollout.ReportingController), Moves: moves, Log: log.WithName("rollout"),
 	}).SetupWithManager(mgr)
 }
 

@@ -222,11 +222,13 @@ func (r *Reconciler) restartWorkloads(ctx context.Context, engine *inject.Engine
 		// dry-run again, once every blockedRetry: a tenant's many workloads
 		// cost a bounded rate of requests.
 		key := restartKey(sc.Name, ref)
-		if time.Now().Before(r.restarts.heldUntil[key]) {
+		if left := time.Until(r.restarts.heldUntil[key]); left > 0 {
+			p.next = minWait(p.next, left)
 			continue
 		}
 		hold := func(format string, args ...any) {
 			r.restarts.heldUntil[key] = time.Now().Add(blockedRetry)
+			p.next = minWait(p.next, blockedRetry)
 			r.tellNotRestartable(sc, ref, c, obj, format, args...)
 		}
 		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, obj); err != nil {

@@ -87,7 +87,7 @@ func newReconciler(t *testing.T, w *webhook, objs ...client.Object) (*Reconciler
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).
 		WithInterceptorFuncs(interceptor.Funcs{Create: w.create}).Build()
 	rec := events.NewFakeRecorder(100)
-	r := &Reconciler{Client: c, APIReader: c, Events: rec, Log: logr.Discard(), restarts: newRestarts(),
+	r := &Reconciler{Client: c, APIReader: c, Events: rec, Moves: rec, Log: logr.Discard(), restarts: newRestarts(),
 		NamespaceLabels: func(string) (map[string]string, bool) { return nil, true }}
 	return r, c, rec
 }

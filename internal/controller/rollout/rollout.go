@@ -38,6 +38,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/grants"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 	"github.com/sidecar-operator/sidecar-operator/internal/workload"
 )
@@ -102,7 +103,10 @@ type Reconciler struct {
 	NamespaceLabels inject.NamespaceLabelsFunc
 	Excluded        func(namespace string) bool
 	Events          events.EventRecorder
-	Log             logr.Logger
+	// Moves records the Events each about one pod moved, which never
+	// repeat: onceevents keeps none of them, as Events' series would.
+	Moves events.EventRecorder
+	Log   logr.Logger
 
 	// told are the pods told they cannot move in place, with why, by pod
 	// UID, Sidecar and target revision.
@@ -129,6 +133,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Either predicate passes an event: a builder's list must pass all.
 		Watches(&v1alpha1.Sidecar{}, all, builder.WithPredicates(predicate.Or(watch.ServedChanged(), strategyChanged()))).
 		Watches(&corev1.Pod{}, all, builder.WithPredicates(podChanged())).
+		// A namespace's labels decide which Sidecars its pods missed.
+		Watches(namespaces.Meta(), all, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
 }
@@ -544,7 +550,7 @@ func (r *Reconciler) move(ctx context.Context, view *grants.View, sc *v1alpha1.S
 	r.upgradedAt[movedKey(&live, m.sidecar, m.target)] = time.Now()
 	actions.WithLabelValues(m.sidecar, ActionInPlace, "ok").Inc()
 	// The Sidecar's Event is the pass's summary (tellUpgraded).
-	r.tellOwner(upgraded, corev1.EventTypeNormal, ReasonUpgradedInPlace,
+	r.tellOwner(r.Moves, upgraded, corev1.EventTypeNormal, ReasonUpgradedInPlace,
 		fmt.Sprintf("pod %s/%s upgraded in place from revision %s to %s of sidecar %q", live.Namespace, live.Name, m.from, m.target, m.sidecar))
 	return moved
 }
@@ -591,17 +597,17 @@ func (r *Reconciler) tellUpgraded(sc *v1alpha1.Sidecar, moves []moving) {
 // controller, else the pod), where its owners look.
 func (r *Reconciler) tell(sc *v1alpha1.Sidecar, pod *corev1.Pod, eventType, reason, note string) {
 	r.Events.Eventf(sc, pod, eventType, reason, "Upgrade", "%s", note)
-	r.tellOwner(pod, eventType, reason, note)
+	r.tellOwner(r.Events, pod, eventType, reason, note)
 }
 
 // tellOwner records an Event on the pod's workload: its controller, else
 // the pod.
-func (r *Reconciler) tellOwner(pod *corev1.Pod, eventType, reason, note string) {
+func (r *Reconciler) tellOwner(rec events.EventRecorder, pod *corev1.Pod, eventType, reason, note string) {
 	regarding := runtime.Object(pod)
 	if owner := metav1.GetControllerOf(pod); owner != nil {
 		regarding = &corev1.ObjectReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Namespace: pod.Namespace, Name: owner.Name, UID: owner.UID}
 	}
-	r.Events.Eventf(regarding, pod, eventType, reason, "Upgrade", "%s", note)
+	rec.Eventf(regarding, pod, eventType, reason, "Upgrade", "%s", note)
 }
 
 // ready reports whether every container a record names runs its spec's
