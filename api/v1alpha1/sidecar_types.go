@@ -76,6 +76,19 @@ type SidecarSpec struct {
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 
+	// Mandatory makes the Sidecar a guarantee: a pod created where its
+	// selector and namespaceSelector select it is denied unless it has the
+	// Sidecar's containers, whatever kept them out (a skip annotation, a
+	// container of the same name, the mutating webhook down or excluded).
+	// The apiserver enforces it through the ValidatingAdmissionPolicy
+	// sidecar-operator-mandatory, with every operator replica down too; pods
+	// that exist are reported, not evicted. It needs a selector, and no
+	// activation (a pod would opt out by leaving the annotation off), and its
+	// author must be allowed to create ValidatingAdmissionPolicyBindings,
+	// which is the power it gives.
+	// +optional
+	Mandatory bool `json:"mandatory,omitempty"`
+
 	// Activation opts a pod in through an existing annotation convention.
 	// +optional
 	Activation *Activation `json:"activation,omitempty"`

@@ -1,5 +1,5 @@
 // Command gen-webhook writes config/webhook/mutating.yaml, validating.yaml,
-// authors.yaml and grants.yaml from the same Go code the operator registers and repairs
+// authors.yaml, grants.yaml and mandatory.yaml from the same Go code the operator registers and repairs
 // its configurations with, so that the installed and the maintained
 // configurations cannot differ. make generate runs it.
 package main
@@ -17,6 +17,7 @@ func main() {
 	mutating, validating := webhookconfig.Installed("sidecar-operator-system", webhookconfig.DefaultFailurePolicy)
 	policy, binding := webhookconfig.AuthorPolicy()
 	grants, grantsBinding := webhookconfig.GrantPolicy("sidecar-operator-system")
+	mandatory, mandatoryBinding := webhookconfig.MandatoryPolicy("sidecar-operator-system")
 	const configurations = "The\n# operator writes the caBundle, or cert-manager's CA injector does."
 	for file, out := range map[string]struct {
 		says string
@@ -27,6 +28,8 @@ func main() {
 		"config/webhook/authors.yaml":    {"The\n# apiserver judges each Sidecar's author with it, as the requesting user.", []any{policy, binding}},
 		"config/webhook/grants.yaml": {"The\n# apiserver holds the operator's granting identity to the RBAC objects and Secrets it\n" +
 			"# makes; the namespace is the install's.", []any{grants, grantsBinding}},
+		"config/webhook/mandatory.yaml": {"The\n# apiserver denies pods without the mandatory Sidecars that select them; the namespace is the install's.",
+			[]any{mandatory, mandatoryBinding}},
 	} {
 		if err := write(file, out.says, out.objs); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -37,6 +37,7 @@ type compiledSidecar struct {
 	exact      bool // integrity Exact: records verify byte for byte
 	onMissing  v1alpha1.MissingParametersPolicy
 
+	mandatory  bool            // a pod its selectors select must have it
 	byName     bool            // a pod may request it with AnnotationInject
 	selector   labels.Selector // nil: selects no pod by label
 	nsSelector labels.Selector // nil: every namespace
@@ -88,8 +89,8 @@ func Revision(spec *v1alpha1.SidecarSpec) string {
 	// RBAC changes what the operator grants, not what a pod gets: changing
 	// it must not make injected pods outdated.
 	defaulted.RBAC = nil
-	// How a revision reaches pods is not part of it.
-	defaulted.UpdateStrategy, defaulted.RevisionHistoryLimit = nil, nil
+	// How a revision reaches pods, and whether pods must have it, are not part of it.
+	defaulted.UpdateStrategy, defaulted.RevisionHistoryLimit, defaulted.Mandatory = nil, nil, false
 	if defaulted.OnMissingParameters == "" {
 		defaulted.OnMissingParameters = v1alpha1.MissingParametersReject
 	}
@@ -103,6 +104,21 @@ func Revision(spec *v1alpha1.SidecarSpec) string {
 	}
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:8])
+}
+
+// mandatoryInvalid says why a mandatory Sidecar could not be held to.
+func mandatoryInvalid(spec *v1alpha1.SidecarSpec) error {
+	switch {
+	case !spec.Mandatory:
+		return nil
+	case spec.Selector == nil:
+		return errors.New("spec.selector: Required value: a mandatory Sidecar holds the pods its selector selects; set one ({} selects every pod)")
+	case spec.Activation != nil:
+		return errors.New("spec.activation: Forbidden: a mandatory Sidecar cannot have one: a pod would opt out by leaving the annotation off")
+	case len(spec.Containers)+len(spec.InitContainers) == 0:
+		return errors.New("spec.containers: Required value: a mandatory Sidecar is held to by its containers")
+	}
+	return nil
 }
 
 // Compile prepares one Sidecar. Its errors name the offending field.
@@ -138,6 +154,10 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 	}
 	if spec.Activation != nil {
 		c.activation = spec.Activation.Annotation
+	}
+	c.mandatory = spec.Mandatory
+	if err := mandatoryInvalid(spec); err != nil {
+		errs = append(errs, err)
 	}
 
 	names := map[string]string{}

@@ -408,6 +408,26 @@ func (e *Engine) Selects(name string, pod *corev1.Pod, nsLabels NamespaceLabelsF
 	return ok && sc.nsSelector.Matches(labels.Set(l))
 }
 
+// Mandatory returns the mandatory Sidecars whose selector and
+// namespaceSelector select the pod: it is admitted only with each of them
+// (webhookconfig.MandatoryPolicy holds it to their containers and records
+// when the webhook is down; the webhook, to records it signed).
+func (e *Engine) Mandatory(pod *corev1.Pod, nsLabels NamespaceLabelsFunc) []string {
+	var out []string
+	for _, sc := range e.sidecars {
+		if !sc.mandatory || sc.selector == nil || !sc.selector.Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		if sc.nsSelector != nil && !sc.nsSelector.Empty() {
+			if l, ok := nsLabels(pod.Namespace); !ok || !sc.nsSelector.Matches(labels.Set(l)) {
+				continue
+			}
+		}
+		out = append(out, sc.name)
+	}
+	return out
+}
+
 // notByName says why a request by name is refused.
 const notByName = "the Sidecar does not allow requests by name (spec.allowRequestByName is false, or unset on a Sidecar that grants RBAC or a pull secret)"
 

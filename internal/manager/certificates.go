@@ -35,7 +35,7 @@ import (
 // publishing is what the webhook configurations and the author policy
 // should be: written by the controllers, with the caBundle given and the
 // scope read from the cache.
-func publishing(opts Options, cache client.Reader) func(ctx context.Context, c client.Client, caBundle []byte) error {
+func publishing(opts Options, cache, live client.Reader) func(ctx context.Context, c client.Client, caBundle []byte) error {
 	create := opts.Target.CreatesMissing()
 	return func(ctx context.Context, c client.Client, caBundle []byte) error {
 		// The policy first: Sidecars reach the webhook only once its
@@ -43,6 +43,16 @@ func publishing(opts Options, cache client.Reader) func(ctx context.Context, c c
 		// their author judged.
 		if err := webhookconfig.EnsureAuthorPolicy(ctx, c, create); err != nil {
 			return err
+		}
+		// The mandatory policy denies pods: like the webhook configurations,
+		// in a cluster it is the installer's, and helm uninstall takes it
+		// with the webhook that injects what it asks for. Read live: the
+		// cache lists policies by the author policy's name.
+		if create {
+			policy, binding := webhookconfig.MandatoryPolicy(opts.Namespace)
+			if err := webhookconfig.EnsurePolicy(ctx, c, live, true, policy, binding); err != nil {
+				return err
+			}
 		}
 		scope, err := webhookconfig.LoadScope(ctx, cache)
 		if err != nil {
@@ -114,7 +124,7 @@ func isNamed(key types.NamespacedName) predicate.Predicate {
 // author policy written, with the caBundle: in CertModeSelf, the rotator of
 // the certificate Secret, elected; otherwise a poll until they are.
 func publishCertificates(mgr manager.Manager, opts Options, log logr.Logger) error {
-	publish := publishing(opts, mgr.GetCache())
+	publish := publishing(opts, mgr.GetCache(), mgr.GetAPIReader())
 	if opts.CertMode == CertModeSelf {
 		secret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.CertSecret}
 		certOpts := opts.Certificates

@@ -95,6 +95,30 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring, upgrad
 	return errs, warnings
 }
 
+// Mandatory denies a new pod that carries no record of a mandatory Sidecar
+// that selects it (inject.Engine.Mandatory). The apiserver's policy
+// (webhookconfig.MandatoryPolicy) finds the record's name in the
+// annotation's text; here it must be a record, which Pod verifies was made
+// for this pod.
+func Mandatory(pod *corev1.Pod, mandatory []string) field.ErrorList {
+	if len(mandatory) == 0 {
+		return nil
+	}
+	records, err := parseRecords(pod)
+	if err != nil {
+		return nil // Pod denies it
+	}
+	var errs field.ErrorList
+	for _, name := range mandatory {
+		if !slices.ContainsFunc(records, func(r v1alpha1.InjectionRecord) bool { return r.Name == name }) {
+			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf(
+				"sidecar %q is mandatory for this pod (its selector and namespaceSelector select it), and the pod carries no injection record of it: "+
+					"create it without the %s annotation, without containers of its names, while the injection webhook is up", name, v1alpha1.AnnotationSkip)))
+		}
+	}
+	return errs
+}
+
 func podUpdate(pod, old *corev1.Pod, engine *inject.Engine) field.ErrorList {
 	oldRecords, err := parseRecords(old)
 	if err != nil {

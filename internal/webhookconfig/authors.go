@@ -23,6 +23,12 @@ import (
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies,verbs=get;list;watch,resourceNames=sidecar-operator-authors
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch,resourceNames=sidecar-operator-authors
 
+// The kinds of the policies the operator installs.
+const (
+	policyKind  = "ValidatingAdmissionPolicy"
+	bindingKind = "ValidatingAdmissionPolicyBinding"
+)
+
 // AuthorPolicyName names the ValidatingAdmissionPolicy that judges Sidecar
 // authors, and its binding.
 const AuthorPolicyName = "sidecar-operator-authors"
@@ -30,7 +36,8 @@ const AuthorPolicyName = "sidecar-operator-authors"
 // The apiserver charges 350,000 for each authorization check of a policy's
 // CEL, allows 1,000,000 per expression and 10,000,000 per binding and
 // request: 28 checks. The policy asks at most 2 (escalate and bind) +
-// MaxGrantedRequests + 1 (the pull secret) + MaxNamedNamespaces of them.
+// MaxGrantedRequests + 1 (the pull secret) + 1 (mandatory) +
+// MaxNamedNamespaces of them.
 const (
 	// MaxGrantedRequests bounds the requests a Sidecar's rules and
 	// clusterRules may allow, each rule's apiGroups × resources × verbs ×
@@ -55,7 +62,7 @@ const (
 // message names what it found lacking.
 func AuthorPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
 	policy := &admissionv1.ValidatingAdmissionPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: policyKind},
 		ObjectMeta: metav1.ObjectMeta{Name: AuthorPolicyName},
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionv1.Fail),
@@ -82,7 +89,7 @@ func AuthorPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.Valida
 		},
 	}
 	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: bindingKind},
 		ObjectMeta: metav1.ObjectMeta{Name: AuthorPolicyName},
 		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
 			PolicyName:        AuthorPolicyName,
@@ -140,7 +147,7 @@ func authorVariables() []admissionv1.Variable {
 }
 
 func authorValidations() []admissionv1.Validation {
-	vs := make([]admissionv1.Validation, 0, 1+MaxGrantedRequests+1+MaxNamedNamespaces)
+	vs := make([]admissionv1.Validation, 0, 1+MaxGrantedRequests+2+MaxNamedNamespaces)
 	vs = append(vs, admissionv1.Validation{
 		Expression: fmt.Sprintf("variables.requestCount <= %d.0", MaxGrantedRequests),
 		Message:    fmt.Sprintf("spec.rbac: Forbidden: the rules and clusterRules of a Sidecar may allow at most %d requests", MaxGrantedRequests),
@@ -176,6 +183,17 @@ func authorValidations() []admissionv1.Validation {
 			quoted("variables.user"), quoted(secret+".namespace + '/' + "+secret+".name")),
 		Reason: ptr.To(metav1.StatusReasonForbidden),
 	})
+	// A mandatory Sidecar denies pods through a policy binding: its author
+	// must be one who may create one.
+	vs = append(vs, admissionv1.Validation{
+		Expression: "!object.spec.?mandatory.orValue(false) || " +
+			"authorizer.group('admissionregistration.k8s.io').resource('validatingadmissionpolicybindings').check('create').allowed()",
+		Message: "spec.mandatory: Forbidden: the author may not create ValidatingAdmissionPolicyBindings, " +
+			"and a mandatory Sidecar denies the pods it selects as one would",
+		MessageExpression: fmt.Sprintf(`'spec.mandatory: Forbidden: ' + %s + ' may not create ValidatingAdmissionPolicyBindings, `+
+			`and a mandatory Sidecar denies the pods it selects as one would'`, quoted("variables.user")),
+		Reason: ptr.To(metav1.StatusReasonForbidden),
+	})
 	for k := range MaxNamedNamespaces {
 		ns := fmt.Sprintf("variables.namespaces[%d]", k)
 		vs = append(vs, admissionv1.Validation{
@@ -204,8 +222,15 @@ func authorValidations() []admissionv1.Validation {
 // Sidecars they judge.
 func EnsureAuthorPolicy(ctx context.Context, c client.Client, owned bool) error {
 	policy, binding := AuthorPolicy()
+	return EnsurePolicy(ctx, c, c, owned, policy, binding)
+}
+
+// EnsurePolicy is EnsureAuthorPolicy for any of the operator's policies,
+// read through r.
+func EnsurePolicy(ctx context.Context, c client.Client, r client.Reader, owned bool,
+	policy *admissionv1.ValidatingAdmissionPolicy, binding *admissionv1.ValidatingAdmissionPolicyBinding) error {
 	var havePolicy admissionv1.ValidatingAdmissionPolicy
-	switch err := c.Get(ctx, client.ObjectKeyFromObject(policy), &havePolicy); {
+	switch err := r.Get(ctx, client.ObjectKeyFromObject(policy), &havePolicy); {
 	case apierrors.IsNotFound(err):
 		if err := c.Create(ctx, policy); err != nil {
 			return err
@@ -219,7 +244,7 @@ func EnsureAuthorPolicy(ctx context.Context, c client.Client, owned bool) error 
 		}
 	}
 	var haveBinding admissionv1.ValidatingAdmissionPolicyBinding
-	switch err := c.Get(ctx, client.ObjectKeyFromObject(binding), &haveBinding); {
+	switch err := r.Get(ctx, client.ObjectKeyFromObject(binding), &haveBinding); {
 	case apierrors.IsNotFound(err):
 		return c.Create(ctx, binding)
 	case err != nil:

@@ -52,7 +52,7 @@ func GrantingUser(namespace string) string {
 func GrantPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
 	write := []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete}
 	policy := &admissionv1.ValidatingAdmissionPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: policyKind},
 		ObjectMeta: metav1.ObjectMeta{Name: GrantPolicyName},
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionv1.Fail),
@@ -105,7 +105,7 @@ func GrantPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, *adm
 		},
 	}
 	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: bindingKind},
 		ObjectMeta: metav1.ObjectMeta{Name: GrantPolicyName},
 		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
 			PolicyName:        GrantPolicyName,

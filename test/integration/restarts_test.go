@@ -112,6 +112,47 @@ func TestRestartWhenNotInPlace(t *testing.T) {
 	}
 }
 
+// TestNamespaceJoiningRestartsItsMissedPods: a namespace labelled into a
+// rolling Sidecar's namespaceSelector has pods that missed it; the label
+// alone wakes the rollout, which restarts their Deployment.
+func TestNamespaceJoiningRestartsItsMissedPods(t *testing.T) {
+	needControllerManager(t)
+	ctx := context.Background()
+	sc := loggerSidecar("ns-joins", map[string]string{"ns-joins": "on"})
+	sc.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"ns-joins": "yes"}}
+	sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate}
+	applySidecar(t, sc)
+	ns := createNamespace(t, nil)
+	if err := k8s.Create(ctx, deployment(ns, "web", 1, map[string]string{"ns-joins": "on"})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if len(pods.Items) != 1 || injectedWith(&pods.Items[0], sc.Name) {
+			return fmt.Errorf("%d pods (test setup)", len(pods.Items))
+		}
+		return nil
+	})
+	var namespace corev1.Namespace
+	if err := k8s.Get(ctx, client.ObjectKey{Name: ns}, &namespace); err != nil {
+		t.Fatal(err)
+	}
+	namespace.Labels["ns-joins"] = "yes"
+	if err := k8s.Update(ctx, &namespace); err != nil {
+		t.Fatal(err)
+	}
+	// The webhook's scope catches up within seconds, the dry run is retried every 10 s.
+	eventually(t, 25*time.Second, func() error {
+		if restartedAt(t, ns, "web") == "" {
+			return fmt.Errorf("Deployment %s/web, whose pod missed sidecar %s once its namespace was labelled, is not restarted", ns, sc.Name)
+		}
+		return nil
+	})
+}
+
 // explainLive explains a live pod of the workload whose pods are named
 // after it.
 func explainLive(t *testing.T, ns, workloadName string) string {
@@ -246,12 +287,27 @@ func TestMissedPodsRepairedOnceTheWebhookIsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitInjected(t, c, sc.Name)
+	guard := loggerSidecar("guard", map[string]string{"guard": "on"})
+	guard.Spec.Mandatory = true
+	if err := c.Create(ctx, guard); err != nil {
+		t.Fatal(err)
+	}
 
 	proxy.setCut(true)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}
 	if err := c.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
+	// A mandatory Sidecar holds while the webhook is skipped: the apiserver denies.
+	eventually(t, 20*time.Second, func() error {
+		guarded := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "guarded-", Namespace: ns.Name, Labels: map[string]string{"guard": "on"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+		err := c.Create(ctx, guarded, client.DryRunAll)
+		if err == nil || !strings.Contains(err.Error(), "sidecar guard is mandatory") {
+			return fmt.Errorf("HOLE: a pod created while the webhook is unreachable (failurePolicy Ignore) goes without mandatory sidecar guard: %v", err)
+		}
+		return nil
+	})
 	d := deployment(ns.Name, "web", 1, map[string]string{"logging": "fluentd"})
 	if err := c.Create(ctx, d); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 // per revision moved from, naming the first pods and counting the rest.
 func TestUpgradedToldOncePerPass(t *testing.T) {
 	r, _, rec := newReconciler(t, &webhook{})
-	var moves []moving
+	moves := make([]moving, 0, 8)
 	for i := range 8 {
 		from := "aaaa"
 		if i == 7 {
