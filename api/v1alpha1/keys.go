@@ -9,6 +9,11 @@ const (
 	AnnotationInject = "sidecar-operator.io/inject"
 	// AnnotationSkip vetoes injection: a comma-separated list of names, or "*".
 	AnnotationSkip = "sidecar-operator.io/skip"
+
+	// MandatoryPolicyName names the ValidatingAdmissionPolicy, and its
+	// binding, with which the apiserver denies pods lacking a mandatory
+	// Sidecar that selects them.
+	MandatoryPolicyName = "sidecar-operator-mandatory"
 	// AnnotationStatus records what was injected, as InjectionStatus JSON.
 	AnnotationStatus = "sidecar-operator.io/status"
 	// LabelInjected is set to "true" on every pod that received a sidecar.

@@ -37,6 +37,9 @@ type Explanation struct {
 	Sidecar  string  `json:"sidecar"`
 	Revision string  `json:"revision"`
 	Verdict  Verdict `json:"verdict"`
+	// Mandatory: the Sidecar is mandatory and its selectors select the
+	// pod, so it is denied at creation without it (Engine.Mandatory).
+	Mandatory bool `json:"mandatory,omitempty"`
 	// InjectedRevision is the revision the pod carries, for Current and Outdated.
 	InjectedRevision string              `json:"injectedRevision,omitempty"`
 	Reasons          []string            `json:"reasons"`
@@ -89,6 +92,17 @@ func (e *Engine) Explain(pod *corev1.Pod, namespace string, nsLabels NamespaceLa
 	}
 	for i := range t.list {
 		t.byName[t.list[i].Sidecar] = &t.list[i]
+	}
+	mandatory := e.Mandatory(pod, nsLabels)
+	for _, sc := range e.sidecars {
+		switch {
+		case slices.Contains(mandatory, sc.name):
+			t.byName[sc.name].Mandatory = true
+			t.note(sc.name, "mandatory: its selector and namespaceSelector select the pod, so the pod is denied at creation without it "+
+				"(ValidatingAdmissionPolicy "+v1alpha1.MandatoryPolicyName+"), whatever opts it out")
+		case sc.mandatory:
+			t.note(sc.name, "mandatory where its selector and namespaceSelector select, which is not here")
+		}
 	}
 	p := &plan{trace: t}
 	p.selected = p.selectedBuf[:0]

@@ -57,6 +57,17 @@ func TestMandatory(t *testing.T) {
 	if got := e.Mandatory(pod, nsLabels("b")); !slices.Equal(got, []string{"everywhere"}) {
 		t.Errorf("in team b: %v", got)
 	}
+	for _, x := range e.Explain(pod, "shop", nsLabels("b")) {
+		says := strings.Join(x.Reasons, "; ")
+		switch {
+		case x.Sidecar == "everywhere" && (!x.Mandatory || !strings.Contains(says, "mandatory: its selector and namespaceSelector select the pod")):
+			t.Errorf("explain of everywhere: mandatory %v, %s", x.Mandatory, says)
+		case x.Sidecar == "scoped" && (x.Mandatory || !strings.Contains(says, "mandatory where its selector and namespaceSelector select, which is not here")):
+			t.Errorf("explain of scoped: mandatory %v, %s", x.Mandatory, says)
+		case x.Sidecar == "optional" && (x.Mandatory || strings.Contains(says, "mandatory")):
+			t.Errorf("explain of optional: mandatory %v, %s", x.Mandatory, says)
+		}
+	}
 	pod.Labels = nil
 	if got := e.Mandatory(pod, nsLabels("a")); len(got) != 0 {
 		t.Errorf("unselected: %v", got)

@@ -11,9 +11,8 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
 
-// MandatoryPolicyName names the ValidatingAdmissionPolicy that denies pods
-// lacking a mandatory Sidecar, and its binding.
-const MandatoryPolicyName = "sidecar-operator-mandatory"
+// MandatoryPolicyName is the policy's and its binding's name.
+const MandatoryPolicyName = v1alpha1.MandatoryPolicyName
 
 // MandatoryPolicy is the ValidatingAdmissionPolicy, and its binding, with
 // which the apiserver itself denies a pod created without a mandatory
