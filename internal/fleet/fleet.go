@@ -62,6 +62,7 @@ func (j *Judge) Pod(pod *corev1.Pod, dst []PodSidecar) []PodSidecar {
 	if Finished(pod) || !pod.DeletionTimestamp.IsZero() {
 		return dst
 	}
+	start := len(dst)
 	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
 		rev, ok := j.Revision(rec.Name)
 		if !ok {
@@ -81,6 +82,13 @@ func (j *Judge) Pod(pod *corev1.Pod, dst []PodSidecar) []PodSidecar {
 	}
 	for _, name := range j.Engine.Pending(pod, j.NamespaceLabels) {
 		if _, ok := j.Revision(name); ok {
+			dst = append(dst, PodSidecar{Sidecar: name, State: Missed})
+		}
+	}
+	// A mandatory Sidecar is missed by a pod that opted out too (it was
+	// created before the Sidecar became mandatory).
+	for _, name := range j.Engine.Mandatory(pod, j.NamespaceLabels) {
+		if _, ok := j.Revision(name); ok && !slices.ContainsFunc(dst[start:], func(s PodSidecar) bool { return s.Sidecar == name }) {
 			dst = append(dst, PodSidecar{Sidecar: name, State: Missed})
 		}
 	}

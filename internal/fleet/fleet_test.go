@@ -73,3 +73,31 @@ func TestSummarize(t *testing.T) {
 		}
 	}
 }
+
+// TestMandatoryMissedByOptingOut: a pod that skipped a mandatory Sidecar,
+// created before it became mandatory, misses it, once; an optional
+// Sidecar skipped is not missed.
+func TestMandatoryMissedByOptingOut(t *testing.T) {
+	agent := func(name string, mandatory bool) v1alpha1.Sidecar {
+		sc := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		sc.Spec.Containers = []corev1.Container{{Name: name, Image: name}}
+		sc.Spec.Selector = &metav1.LabelSelector{}
+		sc.Spec.Mandatory = mandatory
+		return sc
+	}
+	engine, err := inject.New([]v1alpha1.Sidecar{agent("audit", true), agent("logger", false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	judge := &Judge{Engine: engine, Revision: engine.Revision, NamespaceLabels: inject.DefaultNamespaceLabels}
+	skipped := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "old", Annotations: map[string]string{v1alpha1.AnnotationSkip: "*"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
+	if got := judge.Pod(skipped, nil); len(got) != 1 || got[0] != (PodSidecar{Sidecar: "audit", State: Missed}) {
+		t.Errorf("skipped: %+v, want audit missed alone", got)
+	}
+	plain := skipped.DeepCopy()
+	plain.Annotations = nil
+	if got := judge.Pod(plain, []PodSidecar{{Sidecar: "audit", State: Current}}); len(got) != 3 || got[1].Sidecar != "audit" || got[2].Sidecar != "logger" {
+		t.Errorf("not injected: %+v, want audit and logger missed once each after what dst held", got)
+	}
+}
