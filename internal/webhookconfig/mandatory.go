@@ -11,6 +11,10 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
 
+// Outside a cluster run creates the policy where missing: it reads it by name.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies,verbs=get,resourceNames=sidecar-operator-mandatory
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get,resourceNames=sidecar-operator-mandatory
+
 // MandatoryPolicyName is the policy's and its binding's name.
 const MandatoryPolicyName = v1alpha1.MandatoryPolicyName
 
