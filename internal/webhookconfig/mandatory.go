@@ -11,7 +11,10 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
 
-// Outside a cluster run creates the policy where missing: it reads it by name.
+// Outside a cluster run creates the policy where missing: it reads it by
+// name, and the apiserver lets only one who may get Sidecars create a
+// policy whose params they are.
+// +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars,verbs=get
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies,verbs=get,resourceNames=sidecar-operator-mandatory
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get,resourceNames=sidecar-operator-mandatory
 

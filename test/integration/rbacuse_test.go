@@ -346,6 +346,9 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 			map[grant]grant{
 				{verb: "escalate", group: rbacGroup, resource: "clusterroles"}: {verb: "create", group: rbacGroup, resource: "clusterroles"},
 				{verb: "bind", group: rbacGroup, resource: "clusterroles"}:     {verb: "create", group: rbacGroup, resource: "rolebindings"},
+				// A policy whose params are Sidecars is created only by one who may get them.
+				{verb: "get", group: v1alpha1.GroupVersion.Group, resource: "sidecars"}: {verb: "create", group: "admissionregistration.k8s.io",
+					resource: "validatingadmissionpolicies"},
 			},
 			map[grant]string{
 				// Leader election's Events, core ones, in the operator's
