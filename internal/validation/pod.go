@@ -99,8 +99,11 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring, upgrad
 // that selects it (inject.Engine.Mandatory). The apiserver's policy
 // (webhookconfig.MandatoryPolicy) finds the record's name in the
 // annotation's text; here it must be a record, which Pod verifies was made
-// for this pod.
-func Mandatory(pod *corev1.Pod, mandatory []string) field.ErrorList {
+// for this pod. With ring set, the record must also verify in full: a
+// record signed for the namespace and ServiceAccount can be copied into a
+// pod whose container of the Sidecar's name runs something else, which Pod
+// admits without the grants, but which does not have the Sidecar.
+func Mandatory(pod *corev1.Pod, mandatory []string, engine *inject.Engine, ring *signing.Ring) field.ErrorList {
 	if len(mandatory) == 0 {
 		return nil
 	}
@@ -110,10 +113,19 @@ func Mandatory(pod *corev1.Pod, mandatory []string) field.ErrorList {
 	}
 	var errs field.ErrorList
 	for _, name := range mandatory {
-		if !slices.ContainsFunc(records, func(r v1alpha1.InjectionRecord) bool { return r.Name == name }) {
+		i := slices.IndexFunc(records, func(r v1alpha1.InjectionRecord) bool { return r.Name == name })
+		if i < 0 {
 			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf(
 				"sidecar %q is mandatory for this pod (its selector and namespaceSelector select it), and the pod carries no injection record of it: "+
 					"create it without the %s annotation, without containers of its names, while the injection webhook is up", name, v1alpha1.AnnotationSkip)))
+			continue
+		}
+		if ring == nil {
+			continue
+		}
+		if err := engine.Verify(ring, pod, &records[i]); err != nil && !signing.Forged(err) { // Pod denies a forged one
+			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf(
+				"sidecar %q is mandatory for this pod, and its containers are not those the webhook injected: %v", name, err)))
 		}
 	}
 	return errs

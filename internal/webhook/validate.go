@@ -191,7 +191,7 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 	upgrader := v.Upgrader != "" && rv.Request.UserInfo.Username == v.Upgrader
 	errs, warnings := validation.Pod(&pod, oldPod, engine, ring, upgrader)
 	if oldPod == nil {
-		errs = append(errs, validation.Mandatory(&pod, engine.Mandatory(&pod, v.NamespaceLabels))...)
+		errs = append(errs, validation.Mandatory(&pod, engine.Mandatory(&pod, v.NamespaceLabels), engine, ring)...)
 	}
 	if len(errs) > 0 {
 		answer(w, rv, validation.Message("Pod", podName(&pod), errs))

@@ -1,0 +1,105 @@
+package integration
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+)
+
+// TestMandatoryAttackCopiedRecordOwnContainer: a tenant copies the signed
+// record of one of its injected pods (same namespace and ServiceAccount)
+// into a new pod whose container of the Sidecar's name runs the tenant's
+// own image. The record's signature verifies; only the content differs.
+func TestMandatoryAttackCopiedRecordOwnContainer(t *testing.T) {
+	ctx := context.Background()
+	ns, tc := tenant(t, nil)
+	name := "mand-copy-" + rand.String(5)
+	applySidecar(t, mandatoryAgent(name, ns))
+	genuine := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns, Labels: map[string]string{name: "on"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := tc.Create(ctx, genuine); err != nil || !injectedWith(genuine, name) {
+		t.Fatalf("setup: %v, injected %v", err, injectedWith(genuine, name))
+	}
+	t.Logf("the genuine record: %s", genuine.Annotations[v1alpha1.AnnotationStatus])
+	unsigned := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns, Labels: map[string]string{name: "on"},
+			Annotations: map[string]string{v1alpha1.AnnotationStatus: `{"sidecars":[{"name":"` + name + `"}]}`}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}, {Name: name, Image: "tenant/not-the-agent"}}},
+	}
+	if err := tc.Create(ctx, unsigned); err == nil {
+		t.Errorf("HOLE: an unsigned record admitted")
+	} else {
+		t.Logf("an unsigned record: denied: %v", err)
+	}
+	for _, skip := range []bool{false, true} {
+		forged := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns, Labels: map[string]string{name: "on"},
+				Annotations: map[string]string{v1alpha1.AnnotationStatus: genuine.Annotations[v1alpha1.AnnotationStatus]}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}, {Name: name, Image: "tenant/not-the-agent"}}},
+		}
+		if skip {
+			forged.Annotations[v1alpha1.AnnotationSkip] = "*"
+		}
+		if err := tc.Create(ctx, forged); err == nil {
+			t.Errorf("HOLE (skip %v): pod %s/%s admitted with a copied record and its own %q container, image %q",
+				skip, ns, forged.Name, name, forged.Spec.Containers[1].Image)
+		} else {
+			t.Logf("skip %v: denied: %v", skip, err)
+		}
+	}
+}
+
+// TestMandatoryAttackLabelAfterCreate: a pod created unselected, then
+// labelled so that the mandatory Sidecar's selector selects it.
+func TestMandatoryAttackLabelAfterCreate(t *testing.T) {
+	ctx := context.Background()
+	ns, tc := tenant(t, nil)
+	name := "mand-relabel-" + rand.String(5)
+	applySidecar(t, mandatoryAgent(name, ns))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := tc.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(pod.DeepCopy())
+	pod.Labels = map[string]string{name: "on"}
+	if err := tc.Patch(ctx, pod, patch); err == nil {
+		t.Errorf("HOLE: pod %s/%s now carries %v, which mandatory sidecar %s selects, without it: %v", ns, pod.Name, pod.Labels, name, pod.Spec.Containers)
+	} else {
+		t.Logf("denied: %v", err)
+	}
+}
+
+// TestMandatoryAttackLesserAuthorTurnsItOff: an author who may write
+// Sidecars but not create ValidatingAdmissionPolicyBindings sets
+// mandatory: false on a mandatory Sidecar an administrator wrote.
+func TestMandatoryAttackLesserAuthorTurnsItOff(t *testing.T) {
+	ctx := context.Background()
+	const user = "mandatory-lesser-author"
+	author := sidecarAuthor(t, user, false)
+	ns := createNamespace(t, nil)
+	grantPodRights(t, user, ns)
+	sc := mandatoryAgent("mand-off-"+rand.String(5), ns)
+	applySidecar(t, sc)
+	var mine v1alpha1.Sidecar
+	if err := author.Get(ctx, client.ObjectKeyFromObject(sc), &mine); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(mine.DeepCopy())
+	mine.Spec.Mandatory = false
+	if err := author.Patch(ctx, &mine, patch); err == nil {
+		t.Errorf("HOLE: %s, who may not create ValidatingAdmissionPolicyBindings, turned mandatory Sidecar %s off", user, sc.Name)
+	} else {
+		t.Logf("denied: %v", err)
+	}
+}
