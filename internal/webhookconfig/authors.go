@@ -184,9 +184,10 @@ func authorValidations() []admissionv1.Validation {
 		Reason: ptr.To(metav1.StatusReasonForbidden),
 	})
 	// A mandatory Sidecar denies pods through a policy binding: its author
-	// must be one who may create one.
+	// must be one who may create one, and so must whoever makes it not
+	// mandatory, which lifts the guarantee as removing the binding would.
 	vs = append(vs, admissionv1.Validation{
-		Expression: "!object.spec.?mandatory.orValue(false) || " +
+		Expression: "!object.spec.?mandatory.orValue(false) && (request.operation == 'CREATE' || !oldObject.spec.?mandatory.orValue(false)) || " +
 			"authorizer.group('admissionregistration.k8s.io').resource('validatingadmissionpolicybindings').check('create').allowed()",
 		Message: "spec.mandatory: Forbidden: the author may not create ValidatingAdmissionPolicyBindings, " +
 			"and a mandatory Sidecar denies the pods it selects as one would",
