@@ -31,7 +31,8 @@ const MandatoryPolicyName = v1alpha1.MandatoryPolicyName
 // container of the same name alone is a pod's own, and /validate-pods
 // denies a record the webhook did not sign for the pod. Pods of kube-system
 // and of the operator's namespace, which the webhook never injects, and
-// mirror pods, which nodes create for static pods, are left alone.
+// mirror pods, which nodes create for static pods, are left alone. An
+// update may not label a pod into the selector of one it lacks.
 func MandatoryPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: policyKind},
@@ -41,7 +42,8 @@ func MandatoryPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, 
 			ParamKind:     &admissionv1.ParamKind{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Sidecar"},
 			MatchConstraints: &admissionv1.MatchResources{
 				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create},
+					// UPDATE: labels that bring a pod into the selector without the Sidecar.
+					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 					Rule: admissionv1.Rule{
 						APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{podsResource},
 						Scope: ptr.To(admissionv1.NamespacedScope),
@@ -61,6 +63,10 @@ func MandatoryPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, 
 				{Name: "selected", Expression: "variables.mandatory && " +
 					selects("params.spec.selector", "object.metadata.?labels.orValue({})") + " && " +
 					"(!has(params.spec.namespaceSelector) || " + selects("params.spec.namespaceSelector", "namespaceObject.metadata.?labels.orValue({})") + ")"},
+				// A pod selected before an update keeps what it had; the labels are
+				// the only selection an update can change.
+				{Name: "wasSelected", Expression: "request.operation == 'UPDATE' && variables.selected && " +
+					selects("params.spec.selector", "oldObject.metadata.?labels.orValue({})")},
 				{Name: "wanted", Expression: "params.spec.?initContainers.orValue([]).map(c, c.name) + params.spec.?containers.orValue([]).map(c, c.name)"},
 				{Name: "has", Expression: "object.spec.?initContainers.orValue([]).map(c, c.name) + object.spec.containers.map(c, c.name)"},
 				{Name: "missing", Expression: "variables.wanted.filter(n, !(n in variables.has))"},
@@ -68,12 +74,13 @@ func MandatoryPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, 
 					v1alpha1.AnnotationStatus)},
 			},
 			Validations: []admissionv1.Validation{{
-				Expression: "!variables.selected || variables.missing.size() == 0 && variables.recorded",
+				Expression: "!variables.selected || variables.wasSelected || variables.missing.size() == 0 && variables.recorded",
 				Message:    "the pod lacks a mandatory Sidecar that selects it",
 				MessageExpression: fmt.Sprintf(`'sidecar ' + params.metadata.name + `+
 					`' is mandatory for this pod (its selector and namespaceSelector select it), and the pod ' + `+
 					`(variables.missing.size() > 0 ? 'lacks its containers ' + variables.missing.join(', ') : 'has containers of its names, but not its injection record') + `+
-					`': create it without the %s annotation, without containers of those names, while the injection webhook is up'`, v1alpha1.AnnotationSkip),
+					`(request.operation == 'UPDATE' ? ': its labels cannot be changed so that the Sidecar selects it' : `+
+					`': create it without the %s annotation, without containers of those names, while the injection webhook is up')`, v1alpha1.AnnotationSkip),
 				Reason: ptr.To(metav1.StatusReasonForbidden),
 			}},
 		},

@@ -69,12 +69,24 @@ func unstructuredOf(t testing.TB, obj any) *unstructured.Unstructured {
 // labelled nsLabels, with sc as the param.
 func judgePod(t testing.TB, validator validating.Validator, sc *v1alpha1.Sidecar, pod *corev1.Pod, nsLabels map[string]string) []string {
 	t.Helper()
+	return judgePodUpdate(t, validator, sc, nil, pod, nsLabels)
+}
+
+// judgePodUpdate judges the update of old to pod, or pod's creation when
+// old is nil.
+func judgePodUpdate(t testing.TB, validator validating.Validator, sc *v1alpha1.Sidecar, old, pod *corev1.Pod, nsLabels map[string]string) []string {
+	t.Helper()
 	obj := unstructuredOf(t, pod)
 	gvk := corev1.SchemeGroupVersion.WithKind("Pod")
 	gvr := corev1.SchemeGroupVersion.WithResource("pods")
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: nsLabels}}
-	attrs := admission.NewAttributesRecord(obj, nil, gvk, "shop", pod.Name, gvr, "", admission.Create, nil, false, &user.DefaultInfo{Name: "alice"})
-	result := validator.Validate(context.Background(), gvr, &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk, VersionedObject: admission.NewLazyObject(obj)},
+	op, oldObj := admission.Create, runtime.Object(nil)
+	if old != nil {
+		op, oldObj = admission.Update, unstructuredOf(t, old)
+	}
+	attrs := admission.NewAttributesRecord(obj, oldObj, gvk, "shop", pod.Name, gvr, "", op, nil, false, &user.DefaultInfo{Name: "alice"})
+	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk, VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(oldObj)}
+	result := validator.Validate(context.Background(), gvr, versioned,
 		unstructuredOf(t, sc), ns, celconfig.RuntimeCELCostBudget, nil)
 	var denied []string
 	for _, d := range result.Decisions {
@@ -207,5 +219,47 @@ func TestMandatorySelectorsAsLabelSelectors(t *testing.T) {
 			t.Fatalf("case %d: selector %s on pod labels %v, namespaceSelector %s on %v: denied %v, want %v",
 				i, podSel, pod.Labels, nsSel, nsLabels, got, want)
 		}
+	}
+}
+
+// TestMandatoryPolicyOnUpdate: an update may not label a pod into the
+// selector of a mandatory Sidecar it lacks; a pod selected before (created
+// before the Sidecar was mandatory) may still be updated.
+func TestMandatoryPolicyOnUpdate(t *testing.T) {
+	validator := mandatoryValidator(t)
+	sc := &v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "agent"}}
+	sc.Spec.Mandatory = true
+	sc.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "web"}}
+	sc.Spec.Containers = []corev1.Container{{Name: "agent", Image: "agent"}}
+	pod := func(podLabels map[string]string, annotations map[string]string, containers ...string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Labels: podLabels, Annotations: annotations}}
+		for _, c := range containers {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c, Image: c})
+		}
+		return p
+	}
+	web, other := map[string]string{"tier": "web"}, map[string]string{"tier": "db"}
+	for _, tc := range []struct {
+		name     string
+		old, pod *corev1.Pod
+		denied   string
+	}{
+		{name: "labelled into the selector", old: pod(other, nil, "app"), pod: pod(web, nil, "app"),
+			denied: "its labels cannot be changed so that the Sidecar selects it"},
+		{name: "labels added where there were none", old: pod(nil, nil, "app"), pod: pod(web, nil, "app"),
+			denied: "its labels cannot be changed so that the Sidecar selects it"},
+		{name: "selected before", old: pod(web, nil, "app"), pod: pod(web, map[string]string{"a": "b"}, "app")},
+		{name: "labelled in with the Sidecar", old: pod(other, recorded("agent"), "app", "agent"), pod: pod(web, recorded("agent"), "app", "agent")},
+		{name: "labelled out", old: pod(web, nil, "app"), pod: pod(other, nil, "app")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			denied := judgePodUpdate(t, validator, sc, tc.old, tc.pod, nil)
+			switch {
+			case tc.denied == "" && len(denied) > 0:
+				t.Errorf("denied: %q", denied)
+			case tc.denied != "" && (len(denied) != 1 || !strings.Contains(denied[0], tc.denied)):
+				t.Errorf("denied %q, want one denial saying %q", denied, tc.denied)
+			}
+		})
 	}
 }
