@@ -2,10 +2,14 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -102,4 +106,52 @@ func TestMandatoryAttackLesserAuthorTurnsItOff(t *testing.T) {
 	} else {
 		t.Logf("denied: %v", err)
 	}
+}
+
+// TestMandatoryHeldRevisionPodAdmitted (a platform concern): a mandatory
+// RollingUpdate Sidecar gains a container; a new pod pinned to the
+// revision still served (as a pod of a workload the partition holds gets)
+// is injected by the webhook with that revision's containers.
+func TestMandatoryHeldRevisionPodAdmitted(t *testing.T) {
+	ctx := context.Background()
+	ns := createNamespace(t, nil)
+	sc := mandatoryAgent("mand-held-"+rand.String(5), ns)
+	sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate, Partition: new(intstr.FromString("100%"))}
+	applySidecar(t, sc)
+	first := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns, Labels: map[string]string{sc.Name: "on"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := k8s.Create(ctx, first); err != nil || !injectedWith(first, sc.Name) {
+		t.Fatalf("setup: %v", err)
+	}
+	var held string
+	eventually(t, 20*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sc), sc); err != nil {
+			return err
+		}
+		if held = sc.Status.CurrentRevision; held == "" {
+			return fmt.Errorf("no currentRevision yet")
+		}
+		return nil
+	})
+	sc.Spec.Containers = append(sc.Spec.Containers, corev1.Container{Name: sc.Name + "-2", Image: "example/two:1"})
+	if err := k8s.Update(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	pinned := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns, Labels: map[string]string{sc.Name: "on"},
+			Annotations: map[string]string{v1alpha1.AnnotationRevisionPrefix + sc.Name: held}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	eventually(t, 20*time.Second, func() error {
+		p := pinned.DeepCopy()
+		if err := k8s.Create(ctx, p, client.DryRunAll); err != nil {
+			if strings.Contains(err.Error(), "mandatory") {
+				t.Fatalf("WRONGLY DENIED: a pod pinned to served revision %s: %v", held, err)
+			}
+			return err
+		}
+		return nil
+	})
 }
