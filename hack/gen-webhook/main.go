@@ -1,5 +1,5 @@
 // Command gen-webhook writes config/webhook/mutating.yaml, validating.yaml,
-// authors.yaml, grants.yaml and mandatory.yaml from the same Go code the operator registers and repairs
+// authors.yaml, grants.yaml, mandatory.yaml and mandatory-authors.yaml from the same Go code the operator registers and repairs
 // its configurations with, so that the installed and the maintained
 // configurations cannot differ. make generate runs it.
 package main
@@ -18,6 +18,7 @@ func main() {
 	policy, binding := webhookconfig.AuthorPolicy()
 	grants, grantsBinding := webhookconfig.GrantPolicy("sidecar-operator-system")
 	mandatory, mandatoryBinding := webhookconfig.MandatoryPolicy("sidecar-operator-system")
+	mandatoryAuthors, mandatoryAuthorsBinding := webhookconfig.MandatoryAuthorsPolicy()
 	const configurations = "The\n# operator writes the caBundle, or cert-manager's CA injector does."
 	for file, out := range map[string]struct {
 		says string
@@ -30,6 +31,8 @@ func main() {
 			"# makes; the namespace is the install's.", []any{grants, grantsBinding}},
 		"config/webhook/mandatory.yaml": {"The\n# apiserver denies pods without the mandatory Sidecars that select them; the namespace is the install's.",
 			[]any{mandatory, mandatoryBinding}},
+		"config/webhook/mandatory-authors.yaml": {"The\n# apiserver lets only one who may bind admission policies make a Sidecar mandatory, or not.",
+			[]any{mandatoryAuthors, mandatoryAuthorsBinding}},
 	} {
 		if err := write(file, out.says, out.objs); err != nil {
 			fmt.Fprintln(os.Stderr, err)

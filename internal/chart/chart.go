@@ -240,13 +240,14 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 	}
 	// helm uninstall leaves the CRD, and so every Sidecar; upgrades update it.
 	annotations.fields["helm.sh/resource-policy"] = &node{value: "keep"}
-	// ... and the author policy that judges them, so that no Sidecar is
+	// ... and the author policies that judge them, so that no Sidecar is
 	// written unjudged while the operator is uninstalled; and the grant
 	// policy, which helm would delete first (it deletes kinds it does not
 	// know before the Deployment and its RBAC).
 	for _, id := range []string{
 		"ValidatingAdmissionPolicy/sidecar-operator-authors", "ValidatingAdmissionPolicyBinding/sidecar-operator-authors",
 		"ValidatingAdmissionPolicy/sidecar-operator-grants", "ValidatingAdmissionPolicyBinding/sidecar-operator-grants",
+		"ValidatingAdmissionPolicy/sidecar-operator-mandatory-authors", "ValidatingAdmissionPolicyBinding/sidecar-operator-mandatory-authors",
 	} {
 		authors := tree[id]
 		if authors == nil {

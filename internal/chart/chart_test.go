@@ -83,10 +83,11 @@ func renderChart(t *testing.T, c *chartv2.Chart, namespace string, values map[st
 	}
 	objs := decode(t, out)
 	// The one thing the chart adds: helm uninstall leaves the CRD, the
-	// author policy that judges its Sidecars, and the grant policy.
+	// author policies that judge its Sidecars, and the grant policy.
 	for _, id := range []string{"CustomResourceDefinition/<nil>/sidecars.sidecar-operator.io",
 		"ValidatingAdmissionPolicy/<nil>/sidecar-operator-authors", "ValidatingAdmissionPolicyBinding/<nil>/sidecar-operator-authors",
-		"ValidatingAdmissionPolicy/<nil>/sidecar-operator-grants", "ValidatingAdmissionPolicyBinding/<nil>/sidecar-operator-grants"} {
+		"ValidatingAdmissionPolicy/<nil>/sidecar-operator-grants", "ValidatingAdmissionPolicyBinding/<nil>/sidecar-operator-grants",
+		"ValidatingAdmissionPolicy/<nil>/sidecar-operator-mandatory-authors", "ValidatingAdmissionPolicyBinding/<nil>/sidecar-operator-mandatory-authors"} {
 		meta := objs[id]["metadata"].(map[string]any)
 		annotations, _ := meta["annotations"].(map[string]any)
 		if annotations["helm.sh/resource-policy"] != "keep" {

@@ -44,10 +44,15 @@ func publishing(opts Options, cache, live client.Reader) func(ctx context.Contex
 		if err := webhookconfig.EnsureAuthorPolicy(ctx, c, create); err != nil {
 			return err
 		}
+		// Like the author policy, it refuses no pod: created in a cluster too.
+		// Read live: the cache lists policies by the author policy's name.
+		mandatoryAuthors, mandatoryAuthorsBinding := webhookconfig.MandatoryAuthorsPolicy()
+		if err := webhookconfig.EnsurePolicy(ctx, c, live, create, mandatoryAuthors, mandatoryAuthorsBinding); err != nil {
+			return err
+		}
 		// The mandatory policy denies pods: like the webhook configurations,
 		// in a cluster it is the installer's, and helm uninstall takes it
-		// with the webhook that injects what it asks for. Read live: the
-		// cache lists policies by the author policy's name.
+		// with the webhook that injects what it asks for.
 		if create {
 			policy, binding := webhookconfig.MandatoryPolicy(opts.Namespace)
 			if err := webhookconfig.EnsurePolicy(ctx, c, live, true, policy, binding); err != nil {

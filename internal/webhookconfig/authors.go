@@ -36,8 +36,7 @@ const AuthorPolicyName = "sidecar-operator-authors"
 // The apiserver charges 350,000 for each authorization check of a policy's
 // CEL, allows 1,000,000 per expression and 10,000,000 per binding and
 // request: 28 checks. The policy asks at most 2 (escalate and bind) +
-// MaxGrantedRequests + 1 (the pull secret) + 1 (mandatory) +
-// MaxNamedNamespaces of them.
+// MaxGrantedRequests + 1 (the pull secret) + MaxNamedNamespaces of them.
 const (
 	// MaxGrantedRequests bounds the requests a Sidecar's rules and
 	// clusterRules may allow, each rule's apiGroups × resources × verbs ×
@@ -147,7 +146,7 @@ func authorVariables() []admissionv1.Variable {
 }
 
 func authorValidations() []admissionv1.Validation {
-	vs := make([]admissionv1.Validation, 0, 1+MaxGrantedRequests+2+MaxNamedNamespaces)
+	vs := make([]admissionv1.Validation, 0, 1+MaxGrantedRequests+1+MaxNamedNamespaces)
 	vs = append(vs, admissionv1.Validation{
 		Expression: fmt.Sprintf("variables.requestCount <= %d.0", MaxGrantedRequests),
 		Message:    fmt.Sprintf("spec.rbac: Forbidden: the rules and clusterRules of a Sidecar may allow at most %d requests", MaxGrantedRequests),
@@ -181,18 +180,6 @@ func authorValidations() []admissionv1.Validation {
 		Message:    "spec.imagePullSecret: Forbidden: the author may not get the Secret, so may not have it copied",
 		MessageExpression: fmt.Sprintf(`'spec.imagePullSecret: Forbidden: ' + %s + ' may not get Secret ' + %s + ', so may not have it copied'`,
 			quoted("variables.user"), quoted(secret+".namespace + '/' + "+secret+".name")),
-		Reason: ptr.To(metav1.StatusReasonForbidden),
-	})
-	// A mandatory Sidecar denies pods through a policy binding: its author
-	// must be one who may create one, and so must whoever makes it not
-	// mandatory, which lifts the guarantee as removing the binding would.
-	vs = append(vs, admissionv1.Validation{
-		Expression: "!object.spec.?mandatory.orValue(false) && (request.operation == 'CREATE' || !oldObject.spec.?mandatory.orValue(false)) || " +
-			"authorizer.group('admissionregistration.k8s.io').resource('validatingadmissionpolicybindings').check('create').allowed()",
-		Message: "spec.mandatory: Forbidden: the author may not create ValidatingAdmissionPolicyBindings, " +
-			"and a mandatory Sidecar denies the pods it selects as one would",
-		MessageExpression: fmt.Sprintf(`'spec.mandatory: Forbidden: ' + %s + ' may not create ValidatingAdmissionPolicyBindings, `+
-			`and a mandatory Sidecar denies the pods it selects as one would'`, quoted("variables.user")),
 		Reason: ptr.To(metav1.StatusReasonForbidden),
 	})
 	for k := range MaxNamedNamespaces {

@@ -166,11 +166,6 @@ func TestAuthorPolicy(t *testing.T) {
 			spec: []func(*v1alpha1.SidecarSpec){func(s *v1alpha1.SidecarSpec) {
 				s.ImagePullSecret = &v1alpha1.SecretReference{Namespace: "ops", Name: "regcred"}
 			}}},
-		{name: "mandatory, by one who may create policy bindings", held: []string{"create pods", "create validatingadmissionpolicybindings.admissionregistration.k8s.io"}, asked: 2,
-			spec: []func(*v1alpha1.SidecarSpec){func(s *v1alpha1.SidecarSpec) { s.Mandatory = true }}},
-		{name: "mandatory, by one who may not", held: []string{"create pods"},
-			denied: []string{"spec.mandatory: Forbidden: alice may not create ValidatingAdmissionPolicyBindings"},
-			spec:   []func(*v1alpha1.SidecarSpec){func(s *v1alpha1.SidecarSpec) { s.Mandatory = true }}},
 		{name: "more requests than the apiserver can check", held: []string{"create pods"}, asked: 1,
 			spec:   []func(*v1alpha1.SidecarSpec){rules(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: append(slices.Clone(many), "one-more"), Verbs: []string{"get"}})},
 			denied: []string{"spec.rbac: Forbidden: the rules and clusterRules allow 17 requests"}},
@@ -219,10 +214,8 @@ func TestAuthorPolicyWorstCaseFitsTheBudget(t *testing.T) {
 	}}
 	sc.Spec.RBAC = &v1alpha1.SidecarRBAC{Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: long(MaxGrantedRequests), Verbs: []string{"get"}}}}
 	sc.Spec.ImagePullSecret = &v1alpha1.SecretReference{Namespace: "ops", Name: "regcred"}
-	sc.Spec.Mandatory = true
-	held := make([]string, 0, 3+len(names)+MaxGrantedRequests)
-	held = append(held, "escalate clusterroles.rbac.authorization.k8s.io", "get secrets regcred in ops",
-		"create validatingadmissionpolicybindings.admissionregistration.k8s.io")
+	held := make([]string, 0, 2+len(names)+MaxGrantedRequests)
+	held = append(held, "escalate clusterroles.rbac.authorization.k8s.io", "get secrets regcred in ops")
 	for _, n := range names {
 		held = append(held, "create pods in "+n)
 	}
@@ -233,7 +226,7 @@ func TestAuthorPolicyWorstCaseFitsTheBudget(t *testing.T) {
 	if denied := judge(t, sc, h); len(denied) > 0 {
 		t.Fatalf("denied: %q", denied)
 	}
-	if want := 2 + MaxGrantedRequests + 2 + MaxNamedNamespaces; len(h.asked) != want {
+	if want := 2 + MaxGrantedRequests + 1 + MaxNamedNamespaces; len(h.asked) != want {
 		t.Errorf("asked %d checks, want %d", len(h.asked), want)
 	}
 }

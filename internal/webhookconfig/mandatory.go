@@ -16,7 +16,9 @@ import (
 // policy whose params they are.
 // +kubebuilder:rbac:groups=sidecar-operator.io,resources=sidecars,verbs=get
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies,verbs=get,resourceNames=sidecar-operator-mandatory
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies,verbs=get,resourceNames=sidecar-operator-mandatory-authors
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get,resourceNames=sidecar-operator-mandatory
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get,resourceNames=sidecar-operator-mandatory-authors
 
 // MandatoryPolicyName is the policy's and its binding's name.
 const MandatoryPolicyName = v1alpha1.MandatoryPolicyName
@@ -26,10 +28,11 @@ const MandatoryPolicyName = v1alpha1.MandatoryPolicyName
 // Sidecar that selects it: it holds with the webhook skipped, excluded or
 // down, which a check in the webhook could not. Each Sidecar is a param
 // (the binding selects them all, each judged on its own CEL budget); one
-// not mandatory passes at once. A pod has the Sidecar when it carries every
-// container the Sidecar adds and the Sidecar's injection record: a
-// container of the same name alone is a pod's own, and /validate-pods
-// denies a record the webhook did not sign for the pod. Pods of kube-system
+// not mandatory passes at once. Here a pod must carry the Sidecar's name in
+// its record annotation; a pod that does is sent to /validate-pods, which
+// holds the record to the containers of its revision (a pod a rollout holds
+// at an older revision has that one's), and denies one the webhook did not
+// sign for the pod. Pods of kube-system
 // and of the operator's namespace, which the webhook never injects, and
 // mirror pods, which nodes create for static pods, are left alone. An
 // update may not label a pod into the selector of one it lacks.
@@ -67,18 +70,14 @@ func MandatoryPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, 
 				// the only selection an update can change.
 				{Name: "wasSelected", Expression: "request.operation == 'UPDATE' && variables.selected && " +
 					selects("params.spec.selector", "oldObject.metadata.?labels.orValue({})")},
-				{Name: "wanted", Expression: "params.spec.?initContainers.orValue([]).map(c, c.name) + params.spec.?containers.orValue([]).map(c, c.name)"},
-				{Name: "has", Expression: "object.spec.?initContainers.orValue([]).map(c, c.name) + object.spec.containers.map(c, c.name)"},
-				{Name: "missing", Expression: "variables.wanted.filter(n, !(n in variables.has))"},
 				{Name: "recorded", Expression: fmt.Sprintf("object.metadata.?annotations[?'%s'].orValue('').contains('\"name\":\"' + params.metadata.name + '\"')",
 					v1alpha1.AnnotationStatus)},
 			},
 			Validations: []admissionv1.Validation{{
-				Expression: "!variables.selected || variables.wasSelected || variables.missing.size() == 0 && variables.recorded",
+				Expression: "!variables.selected || variables.wasSelected || variables.recorded",
 				Message:    "the pod lacks a mandatory Sidecar that selects it",
 				MessageExpression: fmt.Sprintf(`'sidecar ' + params.metadata.name + `+
-					`' is mandatory for this pod (its selector and namespaceSelector select it), and the pod ' + `+
-					`(variables.missing.size() > 0 ? 'lacks its containers ' + variables.missing.join(', ') : 'has containers of its names, but not its injection record') + `+
+					`' is mandatory for this pod (its selector and namespaceSelector select it), and the pod carries no injection record of it' + `+
 					`(request.operation == 'UPDATE' ? ': its labels cannot be changed so that the Sidecar selects it' : `+
 					`': create it without the %s annotation, without containers of those names, while the injection webhook is up')`, v1alpha1.AnnotationSkip),
 				Reason: ptr.To(metav1.StatusReasonForbidden),
@@ -113,4 +112,63 @@ func selects(sel, labels string) string {
 		`e.operator == 'In' ? e.key in %[2]s && %[2]s[e.key] in e.?values.orValue([]) : `+
 		`e.operator == 'NotIn' ? !(e.key in %[2]s && %[2]s[e.key] in e.?values.orValue([])) : `+
 		`e.operator == 'Exists' ? e.key in %[2]s : !(e.key in %[2]s))`, sel, labels)
+}
+
+// MandatoryAuthorsPolicyName names the policy, and its binding, that judges
+// who makes a Sidecar mandatory or not.
+const MandatoryAuthorsPolicyName = "sidecar-operator-mandatory-authors"
+
+// MandatoryAuthorsPolicy is the ValidatingAdmissionPolicy, and its binding,
+// with which the apiserver lets only one who may create
+// ValidatingAdmissionPolicyBindings write a mandatory Sidecar's spec, or make
+// one not mandatory: a mandatory Sidecar denies pods as a binding would,
+// and lifting it lifts the guarantee as deleting the binding would. It is a
+// policy of its own, beside the author policy: that one's content is the
+// installer's across upgrades (a release whose operator updated it owns
+// its fields).
+func MandatoryAuthorsPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: policyKind},
+		ObjectMeta: metav1.ObjectMeta{Name: MandatoryAuthorsPolicyName},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{
+				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+					Rule: admissionv1.Rule{
+						APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{v1alpha1.GroupVersion.Version},
+						Resources: []string{sidecarsResource}, Scope: ptr.To(admissionv1.ClusterScope),
+					},
+				}}},
+				NamespaceSelector: &metav1.LabelSelector{},
+				ObjectSelector:    &metav1.LabelSelector{},
+				MatchPolicy:       ptr.To(admissionv1.Equivalent),
+			},
+			MatchConditions: []admissionv1.MatchCondition{{
+				Name: "mandatory-spec-written",
+				Expression: "(request.operation == 'CREATE' || oldObject.spec != object.spec) && (object.spec.?mandatory.orValue(false) || " +
+					"request.operation == 'UPDATE' && oldObject.spec.?mandatory.orValue(false))",
+			}},
+			Validations: []admissionv1.Validation{{
+				Expression: "authorizer.group('admissionregistration.k8s.io').resource('validatingadmissionpolicybindings').check('create').allowed()",
+				Message: "spec.mandatory: Forbidden: the author may not create ValidatingAdmissionPolicyBindings, " +
+					"and a mandatory Sidecar denies the pods it selects as one would",
+				MessageExpression: fmt.Sprintf(`'spec.mandatory: Forbidden: ' + %s + ' may not create ValidatingAdmissionPolicyBindings, `+
+					`and a mandatory Sidecar denies the pods it selects as one would'`, quoted("request.userInfo.username")),
+				Reason: ptr.To(metav1.StatusReasonForbidden),
+			}},
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: bindingKind},
+		ObjectMeta: metav1.ObjectMeta{Name: MandatoryAuthorsPolicyName},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        MandatoryAuthorsPolicyName,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			MatchResources: &admissionv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{}, ObjectSelector: &metav1.LabelSelector{}, MatchPolicy: ptr.To(admissionv1.Equivalent),
+			},
+		},
+	}
+	return policy, binding
 }

@@ -141,17 +141,17 @@ func TestMandatoryPolicy(t *testing.T) {
 			return p
 		}(), ns: team},
 		{name: "skipped", sc: agent(true), pod: pod(map[string]string{v1alpha1.AnnotationSkip: "*"}, "app"), ns: team,
-			denied: "sidecar agent is mandatory for this pod (its selector and namespaceSelector select it), and the pod lacks its containers agent-init, agent: create it without"},
+			denied: "sidecar agent is mandatory for this pod (its selector and namespaceSelector select it), and the pod carries no injection record of it: create it without"},
 		{name: "a container of its name", sc: agent(true), pod: func() *corev1.Pod {
 			p := pod(nil, "app", "agent")
 			p.Spec.InitContainers = []corev1.Container{{Name: "agent-init"}}
 			return p
-		}(), ns: team, denied: "has containers of its names, but not its injection record"},
+		}(), ns: team, denied: "carries no injection record of it"},
 		{name: "another Sidecar's record", sc: agent(true), pod: func() *corev1.Pod {
 			p := pod(recorded("agent-x"), "app", "agent")
 			p.Spec.InitContainers = []corev1.Container{{Name: "agent-init"}}
 			return p
-		}(), ns: team, denied: "not its injection record"},
+		}(), ns: team, denied: "carries no injection record of it"},
 		{name: "not mandatory", sc: agent(false), pod: pod(nil, "app"), ns: team},
 		{name: "labels not selected", sc: agent(true), pod: func() *corev1.Pod { p := pod(nil, "app"); p.Labels = nil; return p }(), ns: team},
 		{name: "namespace not selected", sc: agent(true), pod: pod(nil, "app")},

@@ -166,6 +166,11 @@ func TestHelmChartInstallsAnOperatorThatInjects(t *testing.T) {
 			if err != nil {
 				t.Errorf("helm uninstall removed the CRD, and every Sidecar with it: %v", err)
 			}
+		case strings.HasPrefix(obj.GetKind(), "ValidatingAdmissionPolicy") && obj.GetName() == webhookconfig.MandatoryPolicyName:
+			// It denies pods the webhook gone would no longer inject: it goes with it.
+			if !apierrors.IsNotFound(err) {
+				t.Errorf("helm uninstall kept the %s %s, which would deny every pod a mandatory Sidecar selects: %v", obj.GetKind(), obj.GetName(), err)
+			}
 		case strings.HasPrefix(obj.GetKind(), "ValidatingAdmissionPolicy"):
 			if err != nil {
 				t.Errorf("helm uninstall removed the %s %s, which it keeps (the author policy judges the Sidecars it keeps; the grant policy outlives the RBAC it guards): %v",
