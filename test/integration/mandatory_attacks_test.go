@@ -135,10 +135,9 @@ func TestMandatoryHeldRevisionPodAdmitted(t *testing.T) {
 		}
 		return nil
 	})
-	sc.Spec.Containers = append(sc.Spec.Containers, corev1.Container{Name: sc.Name + "-2", Image: "example/two:1"})
-	if err := k8s.Update(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
+	updateSidecar(t, sc, func(s *v1alpha1.Sidecar) {
+		s.Spec.Containers = append(s.Spec.Containers, corev1.Container{Name: s.Name + "-2", Image: "example/two:1"})
+	})
 	pinned := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns, Labels: map[string]string{sc.Name: "on"},
 			Annotations: map[string]string{v1alpha1.AnnotationRevisionPrefix + sc.Name: held}},

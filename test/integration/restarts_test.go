@@ -157,21 +157,25 @@ func TestNamespaceJoiningRestartsItsMissedPods(t *testing.T) {
 // after it.
 func explainLive(t *testing.T, ns, workloadName string) string {
 	t.Helper()
-	var pods corev1.PodList
-	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp.IsZero() && strings.HasPrefix(p.Name, workloadName+"-") {
-			out, err := runCLI(t, "explain", "pod", ns+"/"+p.Name, "--operator-namespace", operatorNamespace)
-			if err != nil {
-				t.Fatalf("explain pod %s: %v\n%s", p.Name, err, out)
-			}
-			return out
+	var out string
+	// A pod its controller is replacing may be gone by the time it is explained: another is.
+	eventually(t, 20*time.Second, func() error {
+		var pods corev1.PodList
+		if err := k8s.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+			return err
 		}
-	}
-	t.Fatalf("no pod of %s in %s", workloadName, ns)
-	return ""
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp.IsZero() && strings.HasPrefix(p.Name, workloadName+"-") {
+				var err error
+				if out, err = runCLI(t, "explain", "pod", ns+"/"+p.Name, "--operator-namespace", operatorNamespace); err != nil {
+					return fmt.Errorf("explain pod %s: %w\n%s", p.Name, err, out)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no pod of %s in %s", workloadName, ns)
+	})
+	return out
 }
 
 // podsAt counts the Deployment's live pods whose record is at revision.
