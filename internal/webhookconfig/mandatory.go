@@ -120,9 +120,10 @@ const MandatoryAuthorsPolicyName = "sidecar-operator-mandatory-authors"
 
 // MandatoryAuthorsPolicy is the ValidatingAdmissionPolicy, and its binding,
 // with which the apiserver lets only one who may create
-// ValidatingAdmissionPolicyBindings write a mandatory Sidecar's spec, or make
-// one not mandatory: a mandatory Sidecar denies pods as a binding would,
-// and lifting it lifts the guarantee as deleting the binding would. It is a
+// ValidatingAdmissionPolicyBindings write a mandatory Sidecar's spec, make
+// one not mandatory, or delete one: a mandatory Sidecar denies pods as a
+// binding would, and lifting it lifts the guarantee as deleting the binding
+// would. It is a
 // policy of its own, beside the author policy: that one's content is the
 // installer's across upgrades (a release whose operator updated it owns
 // its fields).
@@ -134,7 +135,7 @@ func MandatoryAuthorsPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissio
 			FailurePolicy: ptr.To(admissionv1.Fail),
 			MatchConstraints: &admissionv1.MatchResources{
 				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete},
 					Rule: admissionv1.Rule{
 						APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{v1alpha1.GroupVersion.Version},
 						Resources: []string{sidecarsResource}, Scope: ptr.To(admissionv1.ClusterScope),
@@ -145,8 +146,10 @@ func MandatoryAuthorsPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissio
 				MatchPolicy:       ptr.To(admissionv1.Equivalent),
 			},
 			MatchConditions: []admissionv1.MatchCondition{{
+				// On DELETE there is no object: deleting a mandatory one lifts it too.
 				Name: "mandatory-spec-written",
-				Expression: "(request.operation == 'CREATE' || oldObject.spec != object.spec) && (object.spec.?mandatory.orValue(false) || " +
+				Expression: "request.operation == 'DELETE' ? oldObject.spec.?mandatory.orValue(false) == true : " +
+					"(request.operation == 'CREATE' || oldObject.spec != object.spec) && (object.spec.?mandatory.orValue(false) || " +
 					"request.operation == 'UPDATE' && oldObject.spec.?mandatory.orValue(false))",
 			}},
 			Validations: []admissionv1.Validation{{

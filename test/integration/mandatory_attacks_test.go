@@ -86,7 +86,8 @@ func TestMandatoryAttackLabelAfterCreate(t *testing.T) {
 
 // TestMandatoryAttackLesserAuthorTurnsItOff: an author who may write
 // Sidecars but not create ValidatingAdmissionPolicyBindings sets
-// mandatory: false on a mandatory Sidecar an administrator wrote.
+// mandatory: false on a mandatory Sidecar an administrator wrote, or
+// deletes it; a Sidecar that is not mandatory they may delete.
 func TestMandatoryAttackLesserAuthorTurnsItOff(t *testing.T) {
 	ctx := context.Background()
 	const user = "mandatory-lesser-author"
@@ -105,6 +106,18 @@ func TestMandatoryAttackLesserAuthorTurnsItOff(t *testing.T) {
 		t.Errorf("HOLE: %s, who may not create ValidatingAdmissionPolicyBindings, turned mandatory Sidecar %s off", user, sc.Name)
 	} else {
 		t.Logf("denied: %v", err)
+	}
+	if err := author.Delete(ctx, sc.DeepCopy()); err == nil {
+		t.Errorf("HOLE: %s, who may not create ValidatingAdmissionPolicyBindings, deleted mandatory Sidecar %s", user, sc.Name)
+	} else {
+		t.Logf("denied: %v", err)
+	}
+	// A Sidecar that is not mandatory is theirs to delete.
+	optional := loggerSidecar("mand-optional-"+rand.String(5), map[string]string{"mand-optional": "on"})
+	optional.Spec.NamespaceSelector = sc.Spec.NamespaceSelector
+	applySidecar(t, optional)
+	if err := author.Delete(ctx, optional.DeepCopy()); err != nil {
+		t.Errorf("%s may not delete Sidecar %s, which is not mandatory: %v", user, optional.Name, err)
 	}
 }
 
