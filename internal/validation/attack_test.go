@@ -41,7 +41,7 @@ func TestAttackForgedRecordScansBeforeTheSignature(t *testing.T) {
 	}
 	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "a"})
 	start := time.Now()
-	errs, _ := Pod(p, nil, engine, ring, false)
+	errs, _ := Pod(p, nil, engine, ring, false, nil)
 	took := time.Since(start)
 	t.Logf("status annotation %d bytes, %d containers: judged in %s: %.200s", len(status), len(p.Spec.Containers), took, strings.TrimSpace(errs.ToAggregate().Error()))
 	if took > time.Second {

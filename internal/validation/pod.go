@@ -32,7 +32,14 @@ var statusPath = field.NewPath("metadata", "annotations").Key(v1alpha1.Annotatio
 // injected containers must keep what the digest covers; but an update by
 // the operator's controllers (upgrader) may move records to another
 // revision in place (inPlace).
-func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring, upgrader bool) (errs field.ErrorList, warnings []string) {
+//
+// mandatory names the mandatory Sidecars that select a new pod
+// (inject.Engine.Mandatory): the apiserver's policy
+// (webhookconfig.MandatoryPolicy) finds each one's name in the annotation's
+// text; here it must be a record, and, where ring is set, one that verifies
+// in full, as a record signed for the namespace and ServiceAccount can be
+// copied beside a container of the Sidecar's name that runs something else.
+func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring, upgrader bool, mandatory []string) (errs field.ErrorList, warnings []string) {
 	records, err := parseRecords(pod)
 	if err != nil {
 		return field.ErrorList{field.Invalid(statusPath, abbreviate(pod.Annotations[v1alpha1.AnnotationStatus]), err.Error())}, nil
@@ -73,7 +80,11 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring, upgrad
 				errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf("the record of sidecar %q was not made by the webhook for this pod: %v", r.Name, err)))
 				break
 			}
-			if err != nil {
+			switch {
+			case err != nil && slices.Contains(mandatory, r.Name):
+				errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf(
+					"sidecar %q is mandatory for this pod, and its containers are not those the webhook injected: %v", r.Name, err)))
+			case err != nil:
 				warnings = append(warnings, shortened(fmt.Sprintf("sidecar %q grants nothing (rbac, pull secret) to this pod: %v", r.Name, err), maxWarning))
 			}
 			if !engine.Serves(r.Name, r.Revision) {
@@ -92,43 +103,14 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring, upgrad
 			}
 		}
 	}
-	return errs, warnings
-}
-
-// Mandatory denies a new pod that carries no record of a mandatory Sidecar
-// that selects it (inject.Engine.Mandatory). The apiserver's policy
-// (webhookconfig.MandatoryPolicy) finds the record's name in the
-// annotation's text; here it must be a record, which Pod verifies was made
-// for this pod. With ring set, the record must also verify in full: a
-// record signed for the namespace and ServiceAccount can be copied into a
-// pod whose container of the Sidecar's name runs something else, which Pod
-// admits without the grants, but which does not have the Sidecar.
-func Mandatory(pod *corev1.Pod, mandatory []string, engine *inject.Engine, ring *signing.Ring) field.ErrorList {
-	if len(mandatory) == 0 {
-		return nil
-	}
-	records, err := parseRecords(pod)
-	if err != nil {
-		return nil // Pod denies it
-	}
-	var errs field.ErrorList
 	for _, name := range mandatory {
-		i := slices.IndexFunc(records, func(r v1alpha1.InjectionRecord) bool { return r.Name == name })
-		if i < 0 {
+		if !seen[name] {
 			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf(
 				"sidecar %q is mandatory for this pod (its selector and namespaceSelector select it), and the pod carries no injection record of it: "+
 					"create it without the %s annotation, without containers of its names, while the injection webhook is up", name, v1alpha1.AnnotationSkip)))
-			continue
-		}
-		if ring == nil {
-			continue
-		}
-		if err := engine.Verify(ring, pod, &records[i]); err != nil && !signing.Forged(err) { // Pod denies a forged one
-			errs = append(errs, field.Forbidden(statusPath, fmt.Sprintf(
-				"sidecar %q is mandatory for this pod, and its containers are not those the webhook injected: %v", name, err)))
 		}
 	}
-	return errs
+	return errs, warnings
 }
 
 func podUpdate(pod, old *corev1.Pod, engine *inject.Engine) field.ErrorList {

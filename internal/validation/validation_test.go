@@ -162,7 +162,7 @@ func TestPod(t *testing.T) {
 			if tc.noRing {
 				r = nil
 			}
-			errs, warnings := Pod(tc.pod, tc.old, engine, r, false)
+			errs, warnings := Pod(tc.pod, tc.old, engine, r, false, nil)
 			msg := Message("Pod", "p", errs)
 			if tc.want == "" && len(errs) > 0 || tc.want != "" && !strings.Contains(msg, tc.want) {
 				t.Fatalf("got %s, want %q", msg, tc.want)
@@ -207,7 +207,7 @@ func TestInPlaceMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if errs, _ := Pod(moved, stored, engine, ring, true); len(errs) > 0 {
+	if errs, _ := Pod(moved, stored, engine, ring, true, nil); len(errs) > 0 {
 		t.Fatalf("the engine's own move: %v", errs)
 	}
 	// Whoever holds the key signs a move to a served revision with an image of their own.
@@ -218,13 +218,13 @@ func TestInPlaceMove(t *testing.T) {
 	ring.Sign(forged.Namespace, forged.Spec.ServiceAccountName, "", &recs[0])
 	raw, _ := json.Marshal(v1alpha1.InjectionStatus{Sidecars: recs})
 	forged.Annotations[v1alpha1.AnnotationStatus] = string(raw)
-	if errs, _ := Pod(forged, stored, engine, ring, true); !strings.Contains(errs.ToAggregate().Error(), "does not give container") {
+	if errs, _ := Pod(forged, stored, engine, ring, true, nil); !strings.Contains(errs.ToAggregate().Error(), "does not give container") {
 		t.Errorf("a signed move to an image the revision does not render: %v", errs)
 	}
 	// An image change that moves no record.
 	app := stored.DeepCopy()
 	app.Spec.Containers[0].Image = "attacker/image"
-	if errs, _ := Pod(app, stored, engine, ring, true); len(errs) == 0 {
+	if errs, _ := Pod(app, stored, engine, ring, true, nil); len(errs) == 0 {
 		t.Error("the controllers changed an app container's image without a move")
 	}
 }

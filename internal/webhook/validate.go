@@ -189,10 +189,11 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 		oldPod = &old
 	}
 	upgrader := v.Upgrader != "" && rv.Request.UserInfo.Username == v.Upgrader
-	errs, warnings := validation.Pod(&pod, oldPod, engine, ring, upgrader)
+	var mandatory []string
 	if oldPod == nil {
-		errs = append(errs, validation.Mandatory(&pod, engine.Mandatory(&pod, v.NamespaceLabels), engine, ring)...)
+		mandatory = engine.Mandatory(&pod, v.NamespaceLabels)
 	}
+	errs, warnings := validation.Pod(&pod, oldPod, engine, ring, upgrader, mandatory)
 	if len(errs) > 0 {
 		answer(w, rv, validation.Message("Pod", podName(&pod), errs))
 		return
