@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -60,6 +61,21 @@ type SidecarSpec struct {
 	// had, for example to share /var/log with a log shipper.
 	// +optional
 	AppVolumeMounts []corev1.VolumeMount `json:"appVolumeMounts,omitempty"`
+
+	// Resources size the Sidecar's containers per pod: requests and limits
+	// from parameters (templates that render to a quantity), or a request
+	// as a share of the pod's own containers' requests. A value set here
+	// may not also be set in the container's own resources.
+	// +optional
+	// +listType=map
+	// +listMapKey=container
+	Resources []ContainerResources `json:"resources,omitempty"`
+
+	// PodMetadata are labels and annotations added to each pod the Sidecar
+	// is injected into. Values may use templates. A key the pod already has
+	// keeps the pod's value, with a warning, unless Overwrite lists it.
+	// +optional
+	PodMetadata *PodMetadata `json:"podMetadata,omitempty"`
 
 	// NativeSidecar puts Containers into initContainers with restartPolicy
 	// Always (Kubernetes native sidecars) instead of appending them to containers.
@@ -212,6 +228,56 @@ func (s *SidecarSpec) RequestByNameAllowed() bool {
 	return !s.Grants()
 }
 
+// ContainerResources sizes one container of a Sidecar's.
+type ContainerResources struct {
+	// Container is the name of one of the Sidecar's containers or init containers.
+	// +kubebuilder:validation:MinLength=1
+	Container string `json:"container"`
+	// Requests are quantities, or templates that render to one, for
+	// example "{{ .Parameters.cpu }}". A rendered value that is not a
+	// quantity denies the pod, naming the annotation it came from.
+	// +optional
+	Requests map[corev1.ResourceName]string `json:"requests,omitempty"`
+	// Limits are quantities or templates, as Requests. A limit below its
+	// request denies the pod.
+	// +optional
+	Limits map[corev1.ResourceName]string `json:"limits,omitempty"`
+	// AppShare sets a request as a share of the sum of the same resource's
+	// requests of the pod's own containers (spec.containers as the webhook
+	// receives them), clamped to min and max.
+	// +optional
+	AppShare map[corev1.ResourceName]AppShare `json:"appShare,omitempty"`
+}
+
+// AppShare is a request computed from the app's: percentOfApp percent of
+// the sum of the pod's containers' requests, then at least Min and at most
+// Max. When the app requests none, the request is Min, or unset.
+type AppShare struct {
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	PercentOfApp int32 `json:"percentOfApp"`
+	// +optional
+	Min *resource.Quantity `json:"min,omitempty"`
+	// +optional
+	Max *resource.Quantity `json:"max,omitempty"`
+}
+
+// PodMetadata are labels and annotations a Sidecar adds to its pods.
+type PodMetadata struct {
+	// Labels are added to the pod; values may use templates and must
+	// render to valid label values.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// Annotations are added to the pod; values may use templates.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// Overwrite lists the label and annotation keys whose value the Sidecar
+	// sets even when the pod has one.
+	// +optional
+	// +listType=set
+	Overwrite []string `json:"overwrite,omitempty"`
+}
+
 // SecretReference names a Secret in a namespace.
 type SecretReference struct {
 	// +kubebuilder:validation:MinLength=1
@@ -331,6 +397,13 @@ type Parameter struct {
 	// Required parameters without a default trigger OnMissingParameters when absent.
 	// +optional
 	Required bool `json:"required,omitempty"`
+	// NamespaceAnnotation is an annotation of the pod's namespace that gives
+	// the value when the pod lacks Annotation: the pod's annotation wins,
+	// then the namespace's, then Default. The webhook copies a value it took
+	// from the namespace onto the pod, under Annotation, so that the pod
+	// says what it was injected with.
+	// +optional
+	NamespaceAnnotation string `json:"namespaceAnnotation,omitempty"`
 	// Default is used when the annotation is absent.
 	// +optional
 	Default *string `json:"default,omitempty"`

@@ -70,6 +70,7 @@ carries each Sidecar at the current revision, an older one, or missed it.`,
 				return fmt.Errorf("%s: %w", file, err)
 			}
 			engine, nsLabels := (*inject.Engine)(nil), inject.NamespaceLabelsFunc(inject.DefaultNamespaceLabels)
+			var nsAnnotation inject.NamespaceAnnotationFunc
 			// chainOf stays nil offline, where there is no admission chain to read.
 			var chainOf func(namespace string, podLabels map[string]string) *admissionchain.Chain
 			if sidecars != "" {
@@ -86,12 +87,12 @@ carries each Sidecar at the current revision, an older one, or missed it.`,
 					return err
 				}
 				warnLeftOut(cmd, snap.EngineErr)
-				engine, nsLabels = snap.Engine, snap.NamespaceLabels
+				engine, nsLabels, nsAnnotation = snap.Engine, snap.NamespaceLabels, snap.NamespaceAnnotation
 				chainOf = chainReader(admissionchain.Load(cmd.Context(), c), snap)
 			}
 			var out []explained
 			for _, p := range pods {
-				x := explained{Source: p.Source, Namespace: p.Namespace, Explanations: engine.Explain(p.Pod, p.Namespace, nsLabels)}
+				x := explained{Source: p.Source, Namespace: p.Namespace, Explanations: engine.Explain(p.Pod, p.Namespace, nsLabels, nsAnnotation)}
 				if chainOf != nil {
 					x.AdmissionChain = chainOf(p.Namespace, p.Pod.Labels)
 				}
@@ -145,7 +146,8 @@ func newExplainPodCommand() *cobra.Command {
 			if w := workload.OfPod(&pod); w.Kind != "Pod" {
 				source += " of " + w.String()
 			}
-			x := explained{Source: source, Namespace: namespace, Live: true, Explanations: snap.Engine.Explain(&pod, namespace, snap.NamespaceLabels),
+			x := explained{Source: source, Namespace: namespace, Live: true,
+				Explanations:   snap.Engine.Explain(&pod, namespace, snap.NamespaceLabels, snap.NamespaceAnnotation),
 				AdmissionChain: chainReader(admissionchain.Load(cmd.Context(), c), snap)(namespace, pod.Labels)}
 			if x.Rollout, err = rolloutLines(cmd.Context(), c, snap, &pod); err != nil {
 				return err
@@ -260,6 +262,9 @@ func parameterText(p inject.ResolvedParameter) string {
 	switch p.Source {
 	case inject.FromAnnotation:
 		return fmt.Sprintf("%s = %q, from annotation %s", p.Name, p.Value, p.Annotation)
+	case inject.FromNamespace:
+		return fmt.Sprintf("%s = %q, from the namespace's annotation %s (annotation %s is not set; the webhook copies the value onto the pod)",
+			p.Name, p.Value, p.NamespaceAnnotation, p.Annotation)
 	case inject.FromDefault:
 		return fmt.Sprintf("%s = %q, the default (annotation %s is not set)", p.Name, p.Value, p.Annotation)
 	case inject.Missing:

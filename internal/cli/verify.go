@@ -185,7 +185,7 @@ func (o *verifyOptions) run(ctx context.Context, c client.Client, warnings *warn
 	report.Warnings = warnings.take()
 	cluster := diagnose.Cluster{
 		Sidecars: snap.Sidecars, Engine: snap.Engine, EngineErr: snap.EngineErr,
-		NamespaceLabels: snap.NamespaceLabels, WebhookSkips: snap.WebhookSkips,
+		NamespaceLabels: snap.NamespaceLabels, NamespaceAnnotation: snap.NamespaceAnnotation, WebhookSkips: snap.WebhookSkips,
 	}
 	report.Sidecars = diagnose.Diagnose(cluster, attempt, o.sidecars)
 	report.AdmissionChain = admissionchain.Build(admissionchain.Load(ctx, c), admissionchain.Pod{

@@ -55,6 +55,8 @@ type Snapshot struct {
 	// for those Sidecars the engine serves the newest alone.
 	HeldErr    error
 	Namespaces map[string]map[string]string
+	// NamespaceAnnotations are the namespaces' annotations.
+	NamespaceAnnotations map[string]map[string]string
 	// Webhook is nil when the configuration does not exist.
 	Webhook *admissionv1.MutatingWebhookConfiguration
 	// serving is Webhook's namespace selection, parsed once.
@@ -88,8 +90,10 @@ func (l *Loader) Load(ctx context.Context, namespace string, withPods bool) (*Sn
 	if err := l.Reader.List(ctx, &namespaces); err != nil {
 		return nil, fmt.Errorf("listing namespaces: %w", err)
 	}
+	s.NamespaceAnnotations = make(map[string]map[string]string, len(namespaces.Items))
 	for _, ns := range namespaces.Items {
 		s.Namespaces[ns.Name] = ns.Labels
+		s.NamespaceAnnotations[ns.Name] = ns.Annotations
 	}
 
 	name := l.WebhookConfigName
@@ -152,6 +156,12 @@ func (l *Loader) held(ctx context.Context, live client.Reader, sidecars []v1alph
 func (s *Snapshot) NamespaceLabels(name string) (map[string]string, bool) {
 	l, ok := s.Namespaces[name]
 	return l, ok
+}
+
+// NamespaceAnnotation is an inject.NamespaceAnnotationFunc over the snapshot.
+func (s *Snapshot) NamespaceAnnotation(name, key string) (string, bool) {
+	v, ok := s.NamespaceAnnotations[name][key]
+	return v, ok
 }
 
 // WebhookSkips says why the webhook configuration does not send a pod

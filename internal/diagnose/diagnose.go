@@ -62,6 +62,9 @@ type Cluster struct {
 	EngineErr error
 	// NamespaceLabels gives the labels of a namespace to the engine.
 	NamespaceLabels inject.NamespaceLabelsFunc
+	// NamespaceAnnotation gives the annotations of a namespace that
+	// parameters name; nil where unknown.
+	NamespaceAnnotation inject.NamespaceAnnotationFunc
 	// WebhookSkips says why the webhook configuration does not send a pod
 	// with these labels in this namespace to the webhook; empty when it
 	// does. Nil means it does.
@@ -85,7 +88,7 @@ type Attempt struct {
 // Diagnose judges each of the requested Sidecars, in order.
 func Diagnose(c Cluster, a Attempt, sidecars []string) []Result {
 	explanations := map[string]inject.Explanation{}
-	for _, x := range c.Engine.Explain(a.Sent, a.Sent.Namespace, c.NamespaceLabels) {
+	for _, x := range c.Engine.Explain(a.Sent, a.Sent.Namespace, c.NamespaceLabels, c.NamespaceAnnotation) {
 		explanations[x.Sidecar] = x
 	}
 	var records []v1alpha1.InjectionRecord

@@ -6,6 +6,7 @@ import (
 	encjson "encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -72,11 +73,16 @@ type compiledSidecar struct {
 	appMounts     []corev1.VolumeMount
 	appMountsJSON [][]byte
 	pullSecret    string // the name of spec.imagePullSecret, if any
+	// podMetadata are the labels and annotations it adds to its pods.
+	podMetadata []metaValue
 }
 
 type renderedContainer struct {
 	name string
 	json *jsonTemplate
+	// sizing computes its resources per pod, into renderData.sizes[sizeAt].
+	sizing *sizing
+	sizeAt int
 	// static is what the digest covers of the container, when it has no template.
 	static *signing.Content
 }
@@ -161,6 +167,11 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 	}
 
 	names := map[string]string{}
+	sizedAt := map[string]int{}
+	for i, r := range spec.Resources {
+		sizedAt[r.Container] = i
+	}
+	sized, entryAt := 0, 0
 	addContainer := func(list *[]renderedContainer, ct corev1.Container, field string) {
 		if prev, dup := names[ct.Name]; dup {
 			errs = append(errs, fmt.Errorf("%s.name: container name %q is also used by %s", field, ct.Name, prev))
@@ -172,18 +183,20 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 			errs = append(errs, err)
 			return
 		}
-		jt, err := compileJSONTemplate(&ct, field, declared)
+		var entry *v1alpha1.ContainerResources
+		if i, ok := sizedAt[ct.Name]; ok {
+			delete(sizedAt, ct.Name)
+			entry = &spec.Resources[i]
+			entryAt = i
+		}
+		rc, err := compileContainer(ct, field, declared, entry, entryAt)
 		if err != nil {
 			errs = append(errs, err)
 			return
 		}
-		rc := renderedContainer{name: ct.Name, json: jt}
-		if len(jt.holes) == 0 {
-			rc.static = &signing.Content{}
-			if err := encjson.Unmarshal(jt.static[0], rc.static); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", field, err))
-				return
-			}
+		if rc.sizing != nil {
+			rc.sizeAt = sized
+			sized++
 		}
 		*list = append(*list, rc)
 	}
@@ -202,6 +215,9 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		}
 	}
 
+	for _, i := range slices.Sorted(maps.Values(sizedAt)) {
+		errs = append(errs, fmt.Errorf("spec.resources[%d].container: %q is not a container of this Sidecar", i, spec.Resources[i].Container))
+	}
 	if n := len(c.initContainers) + len(c.containers); n > signing.MaxRecordContainers {
 		errs = append(errs, fmt.Errorf("spec: %d containers and init containers, more than the %d a Sidecar may inject", n, signing.MaxRecordContainers))
 	}
@@ -211,6 +227,9 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 	for _, rc := range slices.Concat(c.initContainers, c.containers) {
 		c.containerNames = append(c.containerNames, rc.name)
 		c.appArmorKeys = append(c.appArmorKeys, appArmorAnnotationPrefix+rc.name)
+		if rc.sizing != nil && rc.sizing.templated() {
+			c.templated = true
+		}
 		if rc.static == nil {
 			static, c.templated = false, true
 		} else {
@@ -221,6 +240,22 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		c.static = new(signing.Render(statics, len(c.initContainers), c.appMounts))
 	}
 
+	errs = append(errs, c.compileVolumes(spec)...)
+	if c.podMetadata, err = compilePodMetadata(spec.PodMetadata, declared); err != nil {
+		errs = append(errs, err)
+	}
+	if slices.ContainsFunc(c.podMetadata, func(m metaValue) bool { return m.tmpl != nil }) {
+		c.templated = true
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("sidecar %q: %w", sc.Name, err)
+	}
+	return c, nil
+}
+
+// compileVolumes compiles the Sidecar's volumes and appVolumeMounts, once
+// its containers are compiled.
+func (c *compiledSidecar) compileVolumes(spec *v1alpha1.SidecarSpec) (errs []error) {
 	volumes := map[string]bool{}
 	for i := range spec.Volumes {
 		v := &spec.Volumes[i]
@@ -252,10 +287,38 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		}
 		c.appMountsJSON = append(c.appMountsJSON, raw)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("sidecar %q: %w", sc.Name, err)
+	return errs
+}
+
+// compileContainer compiles one container, sized by entry, which is
+// spec.resources[entryAt], when not nil.
+func compileContainer(ct corev1.Container, field string, declared map[string]bool, entry *v1alpha1.ContainerResources,
+	entryAt int) (renderedContainer, error) {
+	var sz *sizing
+	if entry != nil {
+		var err error
+		if sz, err = compileSizing(entryAt, entry, ct.Resources, declared); err != nil {
+			return renderedContainer{}, err
+		}
+		ct.Resources = corev1.ResourceRequirements{}
 	}
-	return c, nil
+	jt, err := compileJSONTemplate(&ct, field, declared)
+	if err != nil {
+		return renderedContainer{}, err
+	}
+	rc := renderedContainer{name: ct.Name, json: jt, sizing: sz}
+	if len(jt.holes) == 0 {
+		rc.static = &signing.Content{}
+		if err := encjson.Unmarshal(jt.static[0], rc.static); err != nil {
+			return rc, fmt.Errorf("%s: %w", field, err)
+		}
+	}
+	if sz != nil {
+		if err := jt.holeForResources(); err != nil {
+			return rc, fmt.Errorf("%s: %w", field, err)
+		}
+	}
+	return rc, nil
 }
 
 // compileParameters indexes the parameters and returns their names.

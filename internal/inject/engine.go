@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,6 +103,10 @@ type Signer interface {
 // NamespaceLabelsFunc returns a namespace's labels; ok is false when unknown.
 type NamespaceLabelsFunc func(namespace string) (namespaceLabels map[string]string, ok bool)
 
+// NamespaceAnnotationFunc returns one annotation of a namespace; ok is
+// false when the namespace lacks it or is unknown.
+type NamespaceAnnotationFunc func(namespace, key string) (value string, ok bool)
+
 // DefaultNamespaceLabels knows only the label the apiserver sets on every
 // namespace; it is what offline and standalone injection use.
 func DefaultNamespaceLabels(namespace string) (map[string]string, bool) {
@@ -140,9 +145,18 @@ type plan struct {
 	// writes; seal, writePatch and mutate each start it afresh.
 	budget renderBudget
 
-	// podVolume returns the pod's volume of a name, decoding the pod's
-	// volumes only when asked.
+	// podSpec decodes the pod's spec in full, only when asked; podVolume
+	// reads a volume of it by name.
+	podSpec   PodSpecFunc
 	podVolume func(string) (*corev1.Volume, error)
+
+	// nsAnnotation reads the namespace's annotations for parameters that
+	// name one; nil where they are not known (offline injection).
+	nsAnnotation NamespaceAnnotationFunc
+	// metadata are the labels and annotations the patch adds besides the
+	// record and the injected label: podMetadata, and parameter values
+	// taken from the namespace, copied onto the pod.
+	metadata []metadataEntry
 
 	// trace, when set, records why each Sidecar was chosen or not (Explain).
 	trace *tracer
@@ -181,18 +195,22 @@ func (p *plan) appMount(m appMount) corev1.VolumeMount {
 	return p.selected[m.sel].sc.appMounts[m.index]
 }
 
-// planFor decides what to inject. podVolume returns a volume of the pod by
-// name, for comparing a Sidecar volume with a pod volume of the same name.
-func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolume func(string) (*corev1.Volume, error)) *plan {
-	p := &plan{}
+// planFor decides what to inject. podSpec decodes the pod's spec in full,
+// when a decision needs more than the view. Rendering stops at deadline,
+// unless it is zero.
+func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, nsAnnotation NamespaceAnnotationFunc,
+	podSpec PodSpecFunc, deadline time.Time) *plan {
+	p := &plan{nsAnnotation: nsAnnotation}
+	p.budget.deadline = deadline
 	p.selected = p.selectedBuf[:0]
-	e.fill(p, pod, namespace, nsLabels, podVolume)
+	e.fill(p, pod, namespace, nsLabels, podSpec)
 	return p
 }
 
 // fill makes the decisions of planFor into p, which may carry a tracer.
-func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolume func(string) (*corev1.Volume, error)) {
-	p.pod, p.podVolume = pod, podVolume
+func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, podSpec PodSpecFunc) {
+	p.pod, p.podSpec, p.podVolume = pod, podSpec, podVolume(podSpec)
+	p.budget.refill() // for what the plan renders: sizes and pod metadata
 	if pod.Metadata == nil {
 		pod.Metadata = &MetadataView{}
 		p.addMetadata = true
@@ -252,12 +270,12 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 		}
 		sel := selection{sc: sc, render: renderData{index: sc.paramIndex, pod: pod, ns: namespace, budget: &p.budget}}
 		var missing []string
-		sel.render.params, missing = resolveParameters(sc.params, annotations)
+		sel.render.params, missing = resolveParameters(sc.params, annotations, p.nsAnnotation, p.namespace)
 		if p.inputTooLong(sc, sel.render.params) {
 			continue
 		}
 		if p.trace != nil {
-			p.trace.parameters(sc, annotations)
+			p.trace.parameters(sc, sel.render.params)
 		}
 		if len(missing) > 0 {
 			msg := fmt.Sprintf("sidecar %q requires pod annotations that are missing: %s", sc.name, quoteList(missing))
@@ -272,13 +290,16 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 			p.denyClash(prev, sc.name, name)
 			continue
 		}
-		if err := p.checkConflicts(sc, podVolume); err != nil {
+		if err := p.checkConflicts(sc, p.podVolume); err != nil {
 			p.deny(sc.name, fmt.Sprintf("sidecar %q: %v", sc.name, err))
 			continue
 		}
 		if key, ok := sc.appArmorAnnotationIn(annotations); ok {
 			p.deny(sc.name, fmt.Sprintf("sidecar %q: annotation %s would have the apiserver change the injected container's securityContext "+
 				"after injection; set securityContext.appArmorProfile in the Sidecar instead", sc.name, key))
+			continue
+		}
+		if !p.sizedAndLabelled(&sel) {
 			continue
 		}
 		if p.trace != nil {
@@ -639,10 +660,10 @@ func hasMount(mounts []mountView, m corev1.VolumeMount) bool {
 
 // inputTooLong denies the pod for a parameter value over its cap, or a
 // name field longer than the apiserver admits.
-func (p *plan) inputTooLong(sc *compiledSidecar, values []string) bool {
-	if i := slices.IndexFunc(values, func(v string) bool { return len(v) > MaxParameterValueLength }); i >= 0 {
-		p.deny(sc.name, fmt.Sprintf("sidecar %q: annotation %q (parameter %q) is %d bytes long, over the %d-byte cap of a parameter value",
-			sc.name, sc.params[i].Annotation, sc.params[i].Name, len(values[i]), MaxParameterValueLength))
+func (p *plan) inputTooLong(sc *compiledSidecar, values []paramValue) bool {
+	if i := slices.IndexFunc(values, func(v paramValue) bool { return len(v.value) > MaxParameterValueLength }); i >= 0 {
+		p.deny(sc.name, fmt.Sprintf("sidecar %q: %s (parameter %q) is %d bytes long, over the %d-byte cap of a parameter value",
+			sc.name, paramOrigin(&sc.params[i], values[i].source, p.namespace), sc.params[i].Name, len(values[i].value), MaxParameterValueLength))
 		return true
 	}
 	return p.podFieldTooLong(sc)
@@ -671,21 +692,57 @@ func (p *plan) podFieldTooLong(sc *compiledSidecar) bool {
 	return false
 }
 
-func resolveParameters(params []v1alpha1.Parameter, annotations map[string]string) (values, missing []string) {
+// paramValue is a parameter's value for one pod, and where it came from.
+type paramValue struct {
+	value  string
+	source ParameterSource
+}
+
+// resolveParameters reads each parameter: the pod's annotation, else the
+// namespace's (fromNamespace, which may be nil), else its default. missing
+// lists the annotations of required parameters that none of them gives.
+func resolveParameters(params []v1alpha1.Parameter, annotations map[string]string,
+	fromNamespace NamespaceAnnotationFunc, namespace string) (values []paramValue, missing []string) {
 	if len(params) == 0 {
 		return nil, nil
 	}
-	values = make([]string, len(params))
+	values = make([]paramValue, len(params))
 	for i, prm := range params {
-		if v, ok := annotations[prm.Annotation]; ok {
-			values[i] = v
-		} else if prm.Default != nil {
-			values[i] = *prm.Default
-		} else if prm.Required {
+		v := &values[i]
+		var ok bool
+		if v.value, ok = annotations[prm.Annotation]; ok {
+			v.source = FromAnnotation
+			continue
+		}
+		if prm.NamespaceAnnotation != "" && fromNamespace != nil {
+			if v.value, ok = fromNamespace(namespace, prm.NamespaceAnnotation); ok {
+				v.source = FromNamespace
+				continue
+			}
+		}
+		switch {
+		case prm.Default != nil:
+			v.value, v.source = *prm.Default, FromDefault
+		case prm.Required:
+			v.source = Missing
 			missing = append(missing, prm.Annotation)
+		default:
+			v.source = Unset
 		}
 	}
 	return values, missing
+}
+
+// paramOrigin names where a parameter's value came from, for messages.
+func paramOrigin(prm *v1alpha1.Parameter, source ParameterSource, namespace string) string {
+	switch source {
+	case FromNamespace:
+		return fmt.Sprintf("annotation %q of namespace %q", prm.NamespaceAnnotation, namespace)
+	case FromDefault:
+		return fmt.Sprintf("the default of parameter %q", prm.Name)
+	default:
+		return fmt.Sprintf("annotation %q", prm.Annotation)
+	}
 }
 
 func activated(annotations map[string]string, key string) bool {

@@ -60,10 +60,13 @@ var templateLimits = TemplateLimits{Value: MaxValueLength, Pod: MaxRenderedBytes
 
 // ResolvedParameter is a Sidecar parameter as read from a pod.
 type ResolvedParameter struct {
-	Name       string          `json:"name"`
-	Annotation string          `json:"annotation"`
-	Value      string          `json:"value,omitempty"`
-	Source     ParameterSource `json:"source"`
+	Name       string `json:"name"`
+	Annotation string `json:"annotation"`
+	// NamespaceAnnotation is the namespace's annotation the value came
+	// from, for source namespace.
+	NamespaceAnnotation string          `json:"namespaceAnnotation,omitempty"`
+	Value               string          `json:"value,omitempty"`
+	Source              ParameterSource `json:"source"`
 }
 
 // ParameterSource says where a parameter's value came from.
@@ -73,6 +76,9 @@ type ParameterSource string
 const (
 	FromAnnotation ParameterSource = "annotation"
 	FromDefault    ParameterSource = "default"
+	// FromNamespace: the pod lacks the annotation; the parameter's
+	// namespaceAnnotation on the pod's namespace gives it.
+	FromNamespace ParameterSource = "namespace"
 	// Missing: required, and the annotation is not set.
 	Missing ParameterSource = "missing"
 	// Unset: optional, no default, and the annotation is not set: empty.
@@ -81,7 +87,9 @@ const (
 
 // Explain runs the same decision as Inject with a trace, and returns one
 // Explanation per Sidecar of the engine, in injection order.
-func (e *Engine) Explain(pod *corev1.Pod, namespace string, nsLabels NamespaceLabelsFunc) []Explanation {
+// nsAnnotation, which may be nil, reads the namespace's annotations that
+// parameters name.
+func (e *Engine) Explain(pod *corev1.Pod, namespace string, nsLabels NamespaceLabelsFunc, nsAnnotation NamespaceAnnotationFunc) []Explanation {
 	t := &tracer{byName: make(map[string]*Explanation, len(e.sidecars))}
 	for _, sc := range e.sidecars {
 		x := Explanation{Sidecar: sc.name, Revision: sc.revision}
@@ -104,9 +112,9 @@ func (e *Engine) Explain(pod *corev1.Pod, namespace string, nsLabels NamespaceLa
 			t.note(sc.name, "mandatory where its selector and namespaceSelector select, which is not here")
 		}
 	}
-	p := &plan{trace: t}
+	p := &plan{trace: t, nsAnnotation: nsAnnotation}
 	p.selected = p.selectedBuf[:0]
-	e.fill(p, viewOfPod(pod), namespace, nsLabels, podVolume(pod))
+	e.fill(p, viewOfPod(pod), namespace, nsLabels, typedSpec(pod))
 	if len(p.denials) == 0 {
 		// Rendering can deny too: past a cap, or a template that fails.
 		p.budget.refill()
@@ -172,18 +180,12 @@ func (t *tracer) present(sc *compiledSidecar, status *v1alpha1.InjectionStatus) 
 		v1alpha1.AnnotationStatus, x.InjectedRevision, x.Revision))
 }
 
-func (t *tracer) parameters(sc *compiledSidecar, annotations map[string]string) {
+func (t *tracer) parameters(sc *compiledSidecar, values []paramValue) {
 	x := t.byName[sc.name]
-	for _, prm := range sc.params {
-		r := ResolvedParameter{Name: prm.Name, Annotation: prm.Annotation}
-		if v, ok := annotations[prm.Annotation]; ok {
-			r.Value, r.Source = v, FromAnnotation
-		} else if prm.Default != nil {
-			r.Value, r.Source = *prm.Default, FromDefault
-		} else if prm.Required {
-			r.Source = Missing
-		} else {
-			r.Source = Unset
+	for i, prm := range sc.params {
+		r := ResolvedParameter{Name: prm.Name, Annotation: prm.Annotation, Value: values[i].value, Source: values[i].source}
+		if r.Source == FromNamespace {
+			r.NamespaceAnnotation = prm.NamespaceAnnotation
 		}
 		x.Parameters = append(x.Parameters, r)
 	}

@@ -68,7 +68,7 @@ func TestExplain(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "dev", Labels: tc.labels, Annotations: tc.annotations},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
 			}
-			got := e.Explain(pod, "dev", nsLabels)
+			got := e.Explain(pod, "dev", nsLabels, nil)
 			if len(got) != 3 {
 				t.Fatalf("want one explanation per Sidecar, got %d", len(got))
 			}
@@ -110,7 +110,7 @@ func TestExplainParameters(t *testing.T) {
 	agent := agentSidecar()
 	e := mustEngine(t, agent)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{"agent/enable": "true", "agent/app": "shop"}}}
-	got := e.Explain(pod, "dev", DefaultNamespaceLabels)[0].Parameters
+	got := e.Explain(pod, "dev", DefaultNamespaceLabels, nil)[0].Parameters
 	want := []ResolvedParameter{
 		{Name: "app", Annotation: "agent/app", Value: "shop", Source: FromAnnotation},
 		{Name: "port", Annotation: "agent/port", Value: "9999", Source: FromDefault},
@@ -154,7 +154,7 @@ func TestExplainContainerClash(t *testing.T) {
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
 	}
 	want := `sidecars "platform-logs" and "team-logs" both select this pod and both add a container named "fluentd"`
-	for _, x := range e.Explain(pod, "dev", DefaultNamespaceLabels) {
+	for _, x := range e.Explain(pod, "dev", DefaultNamespaceLabels, nil) {
 		if x.Verdict != VerdictDenied || !strings.Contains(strings.Join(x.Reasons, "\n"), want) {
 			t.Errorf("%s: verdict %s, reasons %q; want %s saying %q", x.Sidecar, x.Verdict, x.Reasons, VerdictDenied, want)
 		}

@@ -13,10 +13,11 @@ import (
 
 // Inject injects into a typed Pod and returns the mutated Pod and the patch.
 // namespace is used when the pod has none, as in an admission request;
-// signer, when not nil, signs the records.
+// signer, when not nil, signs the records. Parameters read no namespace
+// annotations.
 func (e *Engine) Inject(pod *corev1.Pod, namespace string, nsLabels NamespaceLabelsFunc, signer Signer) (*Result, error) {
 	view := viewOfPod(pod)
-	p := e.planFor(view, namespace, nsLabels, podVolume(pod))
+	p := e.planFor(view, namespace, nsLabels, nil, typedSpec(pod), time.Time{})
 	res, err := p.result(nil, signer)
 	if err != nil || res.Denial != "" {
 		return res, err
@@ -37,45 +38,37 @@ func (e *Engine) InjectJSON(raw []byte, namespace string, nsLabels NamespaceLabe
 	if err := DecodePodView(raw, &view); err != nil {
 		return nil, fmt.Errorf("decoding pod: %w", err)
 	}
-	return e.InjectView(time.Time{}, &view, namespace, nsLabels, PodVolumesFromJSON(raw), signer, buf)
+	return e.InjectView(time.Time{}, &view, namespace, nsLabels, nil, PodSpecFromJSON(raw), signer, buf)
 }
 
-// PodVolumesFromJSON decodes the volumes of the pod JSON raw in full, only
-// when the engine asks: to compare a pod volume with a Sidecar's.
-func PodVolumesFromJSON(raw []byte) PodVolumesFunc {
-	return func() ([]corev1.Volume, error) {
+// PodSpecFromJSON decodes the spec of the pod JSON raw in full, only when
+// the engine asks, which few pods make it do.
+func PodSpecFromJSON(raw []byte) PodSpecFunc {
+	return func() (*corev1.PodSpec, error) {
 		var pod struct {
-			Spec struct {
-				Volumes []corev1.Volume `json:"volumes"`
-			} `json:"spec"`
+			Spec corev1.PodSpec `json:"spec"`
 		}
 		err := encjson.Unmarshal(raw, &pod)
-		return pod.Spec.Volumes, err
+		return &pod.Spec, err
 	}
 }
 
-// PodVolumesFunc decodes the pod's volumes in full. The engine calls it only
-// when a Sidecar volume has the name of a pod volume, to compare the two.
-type PodVolumesFunc func() ([]corev1.Volume, error)
+// PodSpecFunc decodes the pod's spec in full. The engine calls it only
+// when a Sidecar volume has the name of a pod volume, to compare the two,
+// or to size a container from the app's requests (spec.resources appShare).
+type PodSpecFunc func() (*corev1.PodSpec, error)
+
+func typedSpec(pod *corev1.Pod) PodSpecFunc {
+	return func() (*corev1.PodSpec, error) { return &pod.Spec, nil }
+}
 
 // InjectView is InjectJSON for a caller that decoded the PodView itself, for
-// example as part of an AdmissionReview. Rendering stops at deadline,
-// unless it is zero.
-func (e *Engine) InjectView(deadline time.Time, view *PodView, namespace string, nsLabels NamespaceLabelsFunc, podVolumes PodVolumesFunc,
-	signer Signer, buf []byte) (*Result, error) {
-	p := e.planFor(view, namespace, nsLabels, func(name string) (*corev1.Volume, error) {
-		volumes, err := podVolumes()
-		if err != nil {
-			return nil, err
-		}
-		for i := range volumes {
-			if volumes[i].Name == name {
-				return &volumes[i], nil
-			}
-		}
-		return nil, nil
-	})
-	p.budget.deadline = deadline
+// example as part of an AdmissionReview. nsAnnotation reads the namespace's
+// annotations that parameters name. Rendering stops at deadline, unless it
+// is zero.
+func (e *Engine) InjectView(deadline time.Time, view *PodView, namespace string, nsLabels NamespaceLabelsFunc, nsAnnotation NamespaceAnnotationFunc,
+	podSpec PodSpecFunc, signer Signer, buf []byte) (*Result, error) {
+	p := e.planFor(view, namespace, nsLabels, nsAnnotation, podSpec, deadline)
 	return p.result(buf, signer)
 }
 
@@ -107,7 +100,7 @@ func (p *plan) result(buf []byte, signer Signer) (*Result, error) {
 // add: those it matches and does not carry. Nil when injection would be
 // denied, since such a pod would not be admitted at all.
 func (e *Engine) Pending(pod *corev1.Pod, nsLabels NamespaceLabelsFunc) []string {
-	p := e.planFor(viewOfPod(pod), pod.Namespace, nsLabels, podVolume(pod))
+	p := e.planFor(viewOfPod(pod), pod.Namespace, nsLabels, nil, typedSpec(pod), time.Time{})
 	if len(p.denials) > 0 || len(p.selected) == 0 {
 		return nil
 	}
@@ -156,12 +149,16 @@ func ParseStatus(raw string) (v1alpha1.InjectionStatus, error) {
 	return status, err
 }
 
-// podVolume looks up a typed pod's volumes by name.
-func podVolume(pod *corev1.Pod) func(string) (*corev1.Volume, error) {
+// podVolume looks up a pod's volumes by name.
+func podVolume(podSpec PodSpecFunc) func(string) (*corev1.Volume, error) {
 	return func(name string) (*corev1.Volume, error) {
-		for i := range pod.Spec.Volumes {
-			if pod.Spec.Volumes[i].Name == name {
-				return &pod.Spec.Volumes[i], nil
+		spec, err := podSpec()
+		if err != nil {
+			return nil, err
+		}
+		for i := range spec.Volumes {
+			if spec.Volumes[i].Name == name {
+				return &spec.Volumes[i], nil
 			}
 		}
 		return nil, nil

@@ -57,7 +57,7 @@ func TestMandatory(t *testing.T) {
 	if got := e.Mandatory(pod, nsLabels("b")); !slices.Equal(got, []string{"everywhere"}) {
 		t.Errorf("in team b: %v", got)
 	}
-	for _, x := range e.Explain(pod, "shop", nsLabels("b")) {
+	for _, x := range e.Explain(pod, "shop", nsLabels("b"), nil) {
 		says := strings.Join(x.Reasons, "; ")
 		switch {
 		case x.Sidecar == "everywhere" && (!x.Mandatory || !strings.Contains(says, "mandatory: its selector and namespaceSelector select the pod")):

@@ -101,19 +101,26 @@ func (p *plan) writePatch(buf []byte) ([]byte, error) {
 		w.add("/metadata/annotations")
 		w.buf = append(w.buf, `{"`+v1alpha1.AnnotationStatus+`":`...)
 		w.buf = appendJSONString(w.buf, p.status)
+		w.buf = p.appendMetadata(w.buf, false)
 		w.buf = append(w.buf, '}')
 		w.end()
 	} else {
 		w.add(statusPath)
 		w.buf = appendJSONString(w.buf, p.status)
 		w.end()
+		p.writeMetadata(&w, false)
 	}
-	if p.addLabel {
-		if p.pod.Metadata.Labels == nil {
-			w.addRaw("/metadata/labels", []byte(`{"`+v1alpha1.LabelInjected+`":"true"}`))
-		} else {
+	if p.pod.Metadata.Labels == nil {
+		w.add("/metadata/labels")
+		w.buf = append(w.buf, `{"`+v1alpha1.LabelInjected+`":"true"`...)
+		w.buf = p.appendMetadata(w.buf, true)
+		w.buf = append(w.buf, '}')
+		w.end()
+	} else {
+		if p.addLabel {
 			w.addRaw(labelPath, []byte(`"true"`))
 		}
+		p.writeMetadata(&w, true)
 	}
 
 	// Init containers go before the pod's own, in Sidecar order.
@@ -161,6 +168,36 @@ func (p *plan) writePatch(buf []byte) ([]byte, error) {
 	p.writeVolumes(&w)
 	p.writePullSecrets(&w)
 	return w.finish(), nil
+}
+
+// appendMetadata appends the plan's labels (label) or annotations as
+// members of an object that has one already.
+func (p *plan) appendMetadata(buf []byte, label bool) []byte {
+	for _, m := range p.metadata {
+		if m.label == label {
+			buf = append(buf, ',')
+			buf = appendJSONString(buf, m.key)
+			buf = append(buf, ':')
+			buf = appendJSONString(buf, m.value)
+		}
+	}
+	return buf
+}
+
+// writeMetadata adds the plan's labels (label) or annotations one by one:
+// "add" replaces a member that exists.
+func (p *plan) writeMetadata(w *patchWriter, label bool) {
+	prefix := "/metadata/annotations/"
+	if label {
+		prefix = "/metadata/labels/"
+	}
+	for _, m := range p.metadata {
+		if m.label == label {
+			w.add(prefix + escapePointer(m.key))
+			w.buf = appendJSONString(w.buf, m.value)
+			w.end()
+		}
+	}
 }
 
 // writeAppMounts mounts the Sidecars' shared volumes into the pod's own
@@ -282,11 +319,16 @@ func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
 		out.Annotations = map[string]string{}
 	}
 	out.Annotations[v1alpha1.AnnotationStatus] = p.status
-	if p.addLabel {
-		if out.Labels == nil {
-			out.Labels = map[string]string{}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	out.Labels[v1alpha1.LabelInjected] = "true"
+	for _, m := range p.metadata {
+		if m.label {
+			out.Labels[m.key] = m.value
+		} else {
+			out.Annotations[m.key] = m.value
 		}
-		out.Labels[v1alpha1.LabelInjected] = "true"
 	}
 	var inits, containers []corev1.Container
 	var volumes []corev1.Volume
@@ -421,7 +463,11 @@ func (m *digestMemo) put(key [sha256.Size]byte, r *rendering) {
 
 // appendContainer renders one container of the selection as JSON.
 func (s *selection) appendContainer(dst []byte, c renderedContainer) ([]byte, error) {
-	out, err := c.json.appendTo(dst, &s.render)
+	var sized []byte
+	if c.sizing != nil {
+		sized = s.render.sizes[c.sizeAt]
+	}
+	out, err := c.json.appendTo(dst, &s.render, sized)
 	if err != nil {
 		return out, fmt.Errorf("sidecar %q, container %q: %w", s.sc.name, c.name, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -72,6 +73,9 @@ func (m podMap) String() string { return fmt.Sprintf("<map of %d>", len(m)) }
 type stringTemplate struct {
 	parts    []templatePart
 	fallback *template.Template
+	// params are the parameters it reads as fields, for errors that name
+	// where a rendered value came from.
+	params []string
 }
 
 type templatePart struct {
@@ -130,11 +134,12 @@ func compileStringTemplate(src string, params map[string]bool) (*stringTemplate,
 	if len(t.Templates()) > 1 {
 		return nil, errors.New("template calls are not allowed: define, block and template are not part of the language")
 	}
-	if err := checkTemplate(t.Root, params); err != nil {
+	refs, err := checkTemplate(t.Root, params)
+	if err != nil {
 		return nil, err
 	}
 	if parts, ok := simpleParts(t.Root, params); ok {
-		return &stringTemplate{parts: parts}, nil
+		return &stringTemplate{parts: parts, params: refs}, nil
 	}
 	// A trial run catches references to fields that do not exist.
 	data := templateData{Parameters: make(map[string]string, len(params))}
@@ -144,7 +149,7 @@ func compileStringTemplate(src string, params map[string]bool) (*stringTemplate,
 	if err := t.Execute(&valueWriter{limit: MaxValueLength}, data); err != nil {
 		return nil, err
 	}
-	return &stringTemplate{fallback: t}, nil
+	return &stringTemplate{fallback: t, params: refs}, nil
 }
 
 func simpleParts(root *parse.ListNode, params map[string]bool) ([]templatePart, bool) {
@@ -189,17 +194,19 @@ func simpleParts(root *parse.ListNode, params map[string]bool) ([]templatePart, 
 // constant of bounded widths. No range, no variables, no template calls:
 // without loops, rendering takes steps in proportion to the template, and
 // the functions bound each value.
-func checkTemplate(root *parse.ListNode, params map[string]bool) error {
+// It returns the parameters the template reads as fields.
+func checkTemplate(root *parse.ListNode, params map[string]bool) ([]string, error) {
 	c := templateChecker{params: params}
 	c.list(root, 0)
 	if c.err == nil && c.nodes > MaxTemplateNodes {
 		c.err = fmt.Errorf("has %d nodes (actions, arguments and text), over the cap of %d", c.nodes, MaxTemplateNodes)
 	}
-	return c.err
+	return c.refs, c.err
 }
 
 type templateChecker struct {
 	params map[string]bool
+	refs   []string
 	nodes  int
 	err    error
 }
@@ -331,8 +338,12 @@ func (c *templateChecker) field(ident []string, mapOK bool) {
 	}
 	switch ident[0] {
 	case "Parameters":
-		if len(ident) >= 2 && !c.params[ident[1]] {
+		switch {
+		case len(ident) < 2:
+		case !c.params[ident[1]]:
 			c.fail("refers to undefined parameter %q", ident[1])
+		case !slices.Contains(c.refs, ident[1]):
+			c.refs = append(c.refs, ident[1])
 		}
 	case "Pod":
 		switch {
@@ -568,20 +579,33 @@ func (t *stringTemplate) appendQuoted(dst []byte, data *renderData) ([]byte, err
 	return jsontext.AppendQuote(dst, s)
 }
 
+// render renders the template as a string, drawing on the pod's budget.
+func (t *stringTemplate) render(data *renderData) (string, error) {
+	quoted, err := t.appendQuoted(nil, data)
+	if err != nil {
+		return "", err
+	}
+	raw, err := jsontext.AppendUnquote(nil, quoted)
+	return string(raw), err
+}
+
 // renderData holds one pod's template inputs; the full text/template data is
 // built only when a fallback template needs it.
 type renderData struct {
-	params []string // indexed like compiledSidecar.paramIndex
+	params []paramValue // indexed like compiledSidecar.paramIndex
 	index  map[string]int
 	pod    *PodView
 	ns     string
 	budget *renderBudget // shared by the pod's Sidecars
+	// sizes are the resources of the Sidecar's sized containers for this
+	// pod, as JSON, indexed by renderedContainer.sizeAt.
+	sizes [][]byte
 }
 
 func (d *renderData) part(p *templatePart) string {
 	switch p.field {
 	case fieldParameter:
-		return d.params[d.index[p.param]]
+		return d.params[d.index[p.param]].value
 	case fieldPodName:
 		return d.pod.Metadata.Name
 	case fieldPodGenerateName:
@@ -595,7 +619,7 @@ func (d *renderData) part(p *templatePart) string {
 func (d *renderData) full() templateData {
 	params := make(map[string]string, len(d.index))
 	for name, i := range d.index {
-		params[name] = d.params[i]
+		params[name] = d.params[i].value
 	}
 	return templateData{Parameters: params, Pod: templatePod{
 		Name:         d.pod.Metadata.Name,
@@ -607,11 +631,33 @@ func (d *renderData) full() templateData {
 }
 
 // jsonTemplate is a JSON document with holes where templated strings go:
-// static[0] hole[0] static[1] ... static[n].
+// static[0] hole[0] static[1] ... static[n]. A nil hole is where a sized
+// container's resources go (sizing).
 type jsonTemplate struct {
 	static [][]byte
 	holes  []*stringTemplate
 	paths  []string // each hole's JSON pointer, for errors
+}
+
+// emptyResources is how a container without resources marshals.
+var emptyResources = []byte(`"resources":{}`)
+
+// holeForResources makes the container's resources, which must marshal
+// empty, a hole that appendTo fills with the sized resources.
+func (jt *jsonTemplate) holeForResources() error {
+	for i, part := range jt.static {
+		at := bytes.Index(part, emptyResources)
+		if at < 0 {
+			continue
+		}
+		cut := at + len(emptyResources) - len("{}")
+		jt.static = slices.Insert(jt.static, i+1, part[cut+len("{}"):])
+		jt.static[i] = part[:cut]
+		jt.holes = slices.Insert(jt.holes, i, nil)
+		jt.paths = slices.Insert(jt.paths, i, "/resources")
+		return nil
+	}
+	return errors.New("resources: not found in the container's JSON")
 }
 
 // compileJSONTemplate marshals v and turns each string value holding "{{"
@@ -674,12 +720,17 @@ func abbreviate(src string) string {
 	return fmt.Sprintf("%s… (%d bytes)", src[:cut], len(src))
 }
 
-func (jt *jsonTemplate) appendTo(dst []byte, data *renderData) ([]byte, error) {
+// appendTo renders the document into dst, with sized as its resources.
+func (jt *jsonTemplate) appendTo(dst []byte, data *renderData, sized []byte) ([]byte, error) {
 	dst = append(dst, jt.static[0]...)
 	for i, h := range jt.holes {
-		var err error
-		if dst, err = h.appendQuoted(dst, data); err != nil {
-			return dst, fmt.Errorf("%s: %w", jt.paths[i], err)
+		if h == nil {
+			dst = append(dst, sized...)
+		} else {
+			var err error
+			if dst, err = h.appendQuoted(dst, data); err != nil {
+				return dst, fmt.Errorf("%s: %w", jt.paths[i], err)
+			}
 		}
 		dst = append(dst, jt.static[i+1]...)
 	}

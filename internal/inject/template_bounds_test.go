@@ -154,7 +154,7 @@ func TestExplainShowsTheCapsAndTheRenderDenial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := e.Explain(p, "ns", DefaultNamespaceLabels)[0]
+	x := e.Explain(p, "ns", DefaultNamespaceLabels, nil)[0]
 	if x.Verdict != VerdictDenied || !strings.Contains(strings.Join(x.Reasons, "\n"), "16384-byte cap") {
 		t.Fatalf("verdict %s, reasons %q", x.Verdict, x.Reasons)
 	}
@@ -175,7 +175,7 @@ func TestRenderingStopsAtTheDeadline(t *testing.T) {
 	if err := DecodePodView(raw, &view); err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.InjectView(time.Now().Add(-time.Second), &view, "ns", DefaultNamespaceLabels, PodVolumesFromJSON(raw), nil, nil)
+	res, err := e.InjectView(time.Now().Add(-time.Second), &view, "ns", DefaultNamespaceLabels, nil, PodSpecFromJSON(raw), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func FuzzTemplateLanguage(f *testing.F) {
 		view := &PodView{Metadata: &MetadataView{Name: "web-1", Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a/p": value}}}
 		var budget renderBudget
 		budget.refill()
-		data := renderData{params: []string{value}, index: map[string]int{"p": 0}, pod: view, ns: "ns", budget: &budget}
+		data := renderData{params: []paramValue{{value: value, source: FromAnnotation}}, index: map[string]int{"p": 0}, pod: view, ns: "ns", budget: &budget}
 		start := time.Now()
 		quoted, err := tmpl.appendQuoted(nil, &data)
 		if took := time.Since(start); took > time.Second {

@@ -1,11 +1,13 @@
 package inject
 
 import (
+	encjson "encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
@@ -49,10 +51,10 @@ func (e *Engine) Upgrade(pod *corev1.Pod, sidecar, revision string, ring *signin
 	}
 
 	view := viewOfPod(pod)
-	p := &plan{pod: view, namespace: pod.Namespace}
+	p := &plan{pod: view, namespace: pod.Namespace, podSpec: typedSpec(pod)}
 	sel := selection{sc: target, render: renderData{index: target.paramIndex, pod: view, ns: pod.Namespace, budget: &p.budget}}
 	var missing []string
-	if sel.render.params, missing = resolveParameters(target.params, pod.Annotations); len(missing) > 0 {
+	if sel.render.params, missing = resolveParameters(target.params, pod.Annotations, nil, pod.Namespace); len(missing) > 0 {
 		return nil, fmt.Errorf("%w: revision %s requires pod annotations that are missing: %s", ErrNotInPlace, revision, quoteList(missing))
 	}
 	// The caps injection applies to what a pod creator wrote, as it is used.
@@ -60,8 +62,17 @@ func (e *Engine) Upgrade(pod *corev1.Pod, sidecar, revision string, ring *signin
 		return nil, fmt.Errorf("%w: %s", ErrNotInPlace, p.denials[0])
 	}
 	p.budget.refill()
+	if !p.size(&sel) {
+		return nil, fmt.Errorf("%w: %s", ErrNotInPlace, p.denials[0])
+	}
+	for _, rc := range slices.Concat(target.initContainers, target.containers) {
+		if rc.sizing != nil && !sameResources(signing.Container(pod, rc.name), sel.render.sizes[rc.sizeAt]) {
+			return nil, fmt.Errorf("%w: revision %s sizes container %q otherwise", ErrNotInPlace, revision, rc.name)
+		}
+	}
+	p.budget.refill()
 	var rec v1alpha1.InjectionRecord
-	r, err := sel.record(&rec, podVolume(pod), pod.Namespace, pod.Spec.ServiceAccountName, ring)
+	r, err := sel.record(&rec, podVolume(typedSpec(pod)), pod.Namespace, pod.Spec.ServiceAccountName, ring)
 	if err != nil {
 		return nil, err
 	}
@@ -75,4 +86,22 @@ func (e *Engine) Upgrade(pod *corev1.Pod, sidecar, revision string, ring *signin
 		return nil, fmt.Errorf("%w: %v", ErrNotInPlace, err)
 	}
 	return out, nil
+}
+
+// sameResources reports whether the container's resources are those sized.
+func sameResources(c *corev1.Container, sized []byte) bool {
+	var want corev1.ResourceRequirements
+	if c == nil || encjson.Unmarshal(sized, &want) != nil {
+		return false
+	}
+	// The apiserver defaults a request to its limit.
+	for name, limit := range want.Limits {
+		if _, ok := want.Requests[name]; !ok {
+			if want.Requests == nil {
+				want.Requests = corev1.ResourceList{}
+			}
+			want.Requests[name] = limit
+		}
+	}
+	return equality.Semantic.DeepEqual(c.Resources, want)
 }

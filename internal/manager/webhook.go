@@ -45,6 +45,7 @@ func newWebhookServer(
 			Events:                mgr.GetEventRecorder("sidecar-operator-webhook"),
 			UnauthenticatedEvents: opts.UnauthenticatedEvents,
 			NamespaceLabels:       nsLabels,
+			NamespaceAnnotation:   func(name, key string) (string, bool) { return namespaces.Annotation(cache, name, key) },
 		},
 	}
 }

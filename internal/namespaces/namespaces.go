@@ -1,5 +1,5 @@
 // Package namespaces owns how the operator reads namespaces: as metadata
-// only (labels are all it judges), from the cache, and from the apiserver
+// only (labels, and the annotations that parameters name), from the cache, and from the apiserver
 // when the cache has not seen a namespace yet.
 package namespaces
 
@@ -25,6 +25,17 @@ func Labels(r client.Reader, name string) (map[string]string, bool) {
 		return nil, false
 	}
 	return ns.Labels, true
+}
+
+// Annotation reads one annotation of a namespace from r; false if it
+// cannot be read or has none of that key.
+func Annotation(r client.Reader, name, key string) (string, bool) {
+	ns := Meta()
+	if err := r.Get(context.Background(), client.ObjectKey{Name: name}, ns); err != nil {
+		return "", false
+	}
+	v, ok := ns.Annotations[key]
+	return v, ok
 }
 
 // Get reads a namespace from cache and, on a miss, from live: a pod, or a

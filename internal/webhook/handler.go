@@ -68,7 +68,9 @@ type Mutator struct {
 	// webhook, which grants nothing) leaves them unsigned.
 	Keys            KeySource
 	NamespaceLabels inject.NamespaceLabelsFunc
-	Log             logr.Logger
+	// NamespaceAnnotation reads the namespace annotations that parameters name.
+	NamespaceAnnotation inject.NamespaceAnnotationFunc
+	Log                 logr.Logger
 	// Events, when set, receives an Event on the Sidecar for each injection,
 	// skip and denial of a pod that is not a dry run, as eventGate allows.
 	Events recorder.EventRecorder
@@ -193,7 +195,8 @@ func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte) {
 	resp := response{apiVersion: review.APIVersion, uid: req.UID}
 	if req.Operation == "CREATE" && req.SubResource == "" {
 		deadline := time.Now().Add(reviewTimeout(r))
-		res, err := engine.InjectView(deadline, &req.Object, req.Namespace, m.NamespaceLabels, inject.PodVolumesFromJSON(req.ObjectJSON), signer, (*out)[:0])
+		res, err := engine.InjectView(deadline, &req.Object, req.Namespace, m.NamespaceLabels, m.NamespaceAnnotation,
+			inject.PodSpecFromJSON(req.ObjectJSON), signer, (*out)[:0])
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
