@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -57,7 +56,7 @@ func TestSizedByParameterAndNamespace(t *testing.T) {
 	name := "sized-" + rand.String(5)
 	sc := loggerSidecar(name, map[string]string{name: "on"})
 	sc.Spec.Parameters = []v1alpha1.Parameter{{Name: "cpu", Annotation: name + ".example.com/cpu",
-		NamespaceAnnotation: name + ".example.com/default-cpu", Default: ptr.To("100m")}}
+		NamespaceAnnotation: name + ".example.com/default-cpu", Default: new("100m")}}
 	sc.Spec.Resources = []v1alpha1.ContainerResources{{Container: name,
 		Requests: map[corev1.ResourceName]string{corev1.ResourceCPU: "{{ .Parameters.cpu }}"},
 		Limits:   map[corev1.ResourceName]string{corev1.ResourceCPU: "1"}}}
@@ -124,7 +123,7 @@ func TestSizedToTheApp(t *testing.T) {
 	name := "share-" + rand.String(5)
 	sc := loggerSidecar(name, map[string]string{name: "on"})
 	sc.Spec.Resources = []v1alpha1.ContainerResources{{Container: name, AppShare: map[corev1.ResourceName]v1alpha1.AppShare{
-		corev1.ResourceCPU: {PercentOfApp: 10, Min: ptr.To(resource.MustParse("10m")), Max: ptr.To(resource.MustParse("500m"))}}}}
+		corev1.ResourceCPU: {PercentOfApp: 10, Min: new(resource.MustParse("10m")), Max: new(resource.MustParse("500m"))}}}}
 	applySidecar(t, sc)
 	for _, tt := range []struct {
 		app  []string
@@ -163,7 +162,7 @@ func TestPodMetadataLands(t *testing.T) {
 	ns := createNamespace(t, nil)
 	name := "meta-" + rand.String(5)
 	sc := loggerSidecar(name, map[string]string{name: "on"})
-	sc.Spec.Parameters = []v1alpha1.Parameter{{Name: "port", Annotation: name + ".example.com/port", Default: ptr.To("9100")}}
+	sc.Spec.Parameters = []v1alpha1.Parameter{{Name: "port", Annotation: name + ".example.com/port", Default: new("9100")}}
 	sc.Spec.PodMetadata = &v1alpha1.PodMetadata{
 		Labels:      map[string]string{"monitored-by": name, "team": "platform"},
 		Annotations: map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": "{{ .Parameters.port }}"},
@@ -234,4 +233,3 @@ func TestPodMetadataAttackOperatorKeys(t *testing.T) {
 		deniedNaming(t, err, "podMetadata annotation "+key, fmt.Sprintf("spec.podMetadata.annotations[%q]", key), want)
 	}
 }
-func ptrTo[T any](v T) *T { return &v }
