@@ -158,6 +158,8 @@ func (p *plan) size(sel *selection) bool {
 func (p *plan) sizeContainer(sel *selection, rc renderedContainer) ([]byte, error) {
 	s := rc.sizing
 	requests, limits := maps.Clone(s.base.Requests), maps.Clone(s.base.Limits)
+	// origins says where the templated values came from, by "kind.name".
+	var origins map[string]string
 	for _, kind := range [...]struct {
 		name   string
 		values []sizedValue
@@ -172,6 +174,17 @@ func (p *plan) sizeContainer(sel *selection, rc renderedContainer) ([]byte, erro
 				*kind.into = corev1.ResourceList{}
 			}
 			(*kind.into)[v.name] = q
+			if v.tmpl == nil {
+				continue
+			}
+			if origins == nil {
+				origins = map[string]string{}
+			}
+			key := fmt.Sprintf("%s.%s", kind.name, v.name)
+			origins[key] = ", from " + p.origins(sel, v.tmpl)
+			if p.trace != nil {
+				p.trace.note(sel.sc.name, fmt.Sprintf("container %s: %s = %s%s", rc.name, key, q.String(), origins[key]))
+			}
 		}
 	}
 	for _, sh := range s.shares {
@@ -193,14 +206,8 @@ func (p *plan) sizeContainer(sel *selection, rc renderedContainer) ([]byte, erro
 	for _, name := range slices.Sorted(maps.Keys(limits)) {
 		limit := limits[name]
 		if req, ok := requests[name]; ok && limit.Cmp(req) < 0 {
-			return nil, fmt.Errorf("container %q: limits.%s %s is below requests.%s %s (%s)", rc.name, name, limit.String(), name, req.String(), s.field)
-		}
-	}
-	if p.trace != nil {
-		for _, v := range slices.Concat(s.requests, s.limits) {
-			if v.tmpl != nil {
-				p.trace.note(sel.sc.name, fmt.Sprintf("container %s: %s from %s", rc.name, v.name, p.origins(sel, v.tmpl)))
-			}
+			return nil, fmt.Errorf("%s (container %q): limits.%s %s%s is below requests.%s %s%s", s.field, rc.name,
+				name, limit.String(), origins["limits."+string(name)], name, req.String(), origins["requests."+string(name)])
 		}
 	}
 	return encjson.Marshal(corev1.ResourceRequirements{Requests: requests, Limits: limits, Claims: s.base.Claims})
@@ -257,10 +264,18 @@ func (p *plan) share(sh appShare) (resource.Quantity, string, error) {
 		scale = 3
 	}
 	product := new(inf.Dec).Mul(sum.AsDec(), inf.NewDec(int64(sh.percent), 0))
-	dec := new(inf.Dec).QuoRound(product, inf.NewDec(100, 0), scale, inf.RoundUp)
 	format := sum.Format
 	if format == "" {
 		format = resource.DecimalSI
+	}
+	// Binary quantities (memory) round up to whole Ki, so they print as such.
+	unit := int64(100)
+	if format == resource.BinarySI {
+		unit *= 1024
+	}
+	dec := new(inf.Dec).QuoRound(product, inf.NewDec(unit, 0), scale, inf.RoundUp)
+	if format == resource.BinarySI {
+		dec.Mul(dec, inf.NewDec(1024, 0))
 	}
 	q := *resource.NewDecimalQuantity(*dec, format)
 	app := "nothing"

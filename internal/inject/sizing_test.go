@@ -139,6 +139,13 @@ func TestSizedToTheApp(t *testing.T) {
 			t.Errorf("app %v, share %+v: requests.cpu %s, want %s", tc.requests, tc.sidecar.Spec.Resources[0].AppShare, cpu.String(), tc.want)
 		}
 	}
+	mem := sizedAgent(v1alpha1.ContainerResources{Container: "agent", AppShare: map[corev1.ResourceName]v1alpha1.AppShare{
+		corev1.ResourceMemory: {PercentOfApp: 10}}})
+	pod := appPod(nil, "1")
+	pod.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse("768Mi")
+	if got, _ := injected(t, mustEngine(t, mem), pod, nil); got.Requests.Memory().String() != "78644Ki" {
+		t.Errorf("10%% of 768Mi: %s, want 78644Ki (76.8Mi rounded up to the Ki)", got.Requests.Memory())
+	}
 	x := mustEngine(t, share("10m", "200m")).Explain(appPod(nil, "1", "2"), "shop", DefaultNamespaceLabels, nil)[0]
 	if want := "container agent: requests.cpu = 10% of the app's requests.cpu, 3 (app 1, worker 2), = 300m, lowered to max 200m"; !strings.Contains(
 		strings.Join(x.Reasons, "\n"), want) {
