@@ -141,16 +141,18 @@ func parseQuantity(s string) (resource.Quantity, error) {
 // for this pod, into sel.render.sizes; false when it denied the pod.
 func (p *plan) size(sel *selection) bool {
 	sc := sel.sc
-	for _, rc := range slices.Concat(sc.initContainers, sc.containers) {
-		if rc.sizing == nil {
-			continue
+	for _, list := range [2][]renderedContainer{sc.initContainers, sc.containers} {
+		for _, rc := range list {
+			if rc.sizing == nil {
+				continue
+			}
+			raw, err := p.sizeContainer(sel, rc)
+			if err != nil {
+				p.deny(sc.name, fmt.Sprintf("sidecar %q: %v", sc.name, err))
+				return false
+			}
+			sel.render.sizes = append(sel.render.sizes, raw)
 		}
-		raw, err := p.sizeContainer(sel, rc)
-		if err != nil {
-			p.deny(sc.name, fmt.Sprintf("sidecar %q: %v", sc.name, err))
-			return false
-		}
-		sel.render.sizes = append(sel.render.sizes, raw)
 	}
 	return true
 }
