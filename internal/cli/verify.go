@@ -216,6 +216,9 @@ func writeVerifyReport(w io.Writer, output string, r *VerifyReport) error {
 		default:
 			fmt.Fprintf(w, "  ✗ %s NOT injected: %s\n", s.Sidecar, s.Cause)
 		}
+		if s.Mandatory {
+			fmt.Fprintf(w, "      mandatory: it selects the pod, so the pod is denied at creation without it, whatever opts it out\n")
+		}
 		for _, d := range s.Detail {
 			fmt.Fprintf(w, "      %s\n", d)
 		}

@@ -50,6 +50,9 @@ type Result struct {
 	Current bool     `json:"current,omitempty"`
 	Cause   string   `json:"cause"`
 	Detail  []string `json:"detail,omitempty"`
+	// Mandatory: the Sidecar is mandatory and selects the pod, so the pod
+	// is denied at creation without it.
+	Mandatory bool `json:"mandatory,omitempty"`
 }
 
 // Cluster is what the judgement needs of the cluster.
@@ -104,7 +107,7 @@ func Diagnose(c Cluster, a Attempt, sidecars []string) []Result {
 
 // judge names why a requested Sidecar is, or is not, on the pod.
 func judge(name string, c Cluster, a Attempt, records []v1alpha1.InjectionRecord, x inject.Explanation) Result {
-	r := Result{Sidecar: name}
+	r := Result{Sidecar: name, Mandatory: x.Mandatory}
 	current, known := c.Engine.Revision(name)
 	for _, rec := range records {
 		if rec.Name == name {

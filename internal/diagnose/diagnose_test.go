@@ -319,3 +319,26 @@ func TestTemplate(t *testing.T) {
 		})
 	}
 }
+
+// TestDiagnoseMandatory: a pod that opted out of a mandatory Sidecar that
+// selects it, and so was denied, is told the Sidecar is mandatory.
+func TestDiagnoseMandatory(t *testing.T) {
+	guard := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "guard"}}
+	guard.Spec.Containers = []corev1.Container{{Name: "guard", Image: "example/guard:1"}}
+	guard.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "web"}}
+	guard.Spec.Mandatory = true
+	engine, err := inject.New([]v1alpha1.Sidecar{guard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Cluster{Sidecars: []v1alpha1.Sidecar{guard}, Engine: engine, NamespaceLabels: inject.DefaultNamespaceLabels}
+	for labels, want := range map[string]bool{"web": true, "db": false} {
+		sent := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "shop", Labels: map[string]string{"tier": labels},
+			Annotations: map[string]string{v1alpha1.AnnotationSkip: "*"}}}
+		denied := forbidden(
+			`pods "p" is forbidden: ValidatingAdmissionPolicy 'sidecar-operator-mandatory' with binding 'sidecar-operator-mandatory' denied request`)
+		if got := judgeOne(t, Diagnose(c, Attempt{Sent: sent, Err: denied}, []string{"guard"}), "guard"); got.Mandatory != want {
+			t.Errorf("tier %s: mandatory %v, want %v (%+v)", labels, got.Mandatory, want, got)
+		}
+	}
+}
