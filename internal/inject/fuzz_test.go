@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
 
@@ -62,5 +65,30 @@ func FuzzAppendRecord(f *testing.F) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("wrote %s, which decodes to %+v, want %+v", raw, got, want)
 		}
+	})
+}
+
+// FuzzInjectSizedAndLabelled is FuzzInjectJSON for a Sidecar that sizes its
+// container from a parameter and from the app's requests, and adds
+// templated labels and annotations, some of which the pod may have: the
+// patch's metadata and resources must be what the typed path sets.
+func FuzzInjectSizedAndLabelled(f *testing.F) {
+	sc := sizedAgent(v1alpha1.ContainerResources{Container: "agent",
+		Requests: map[corev1.ResourceName]string{corev1.ResourceCPU: "{{ .Parameters.cpu }}"},
+		AppShare: map[corev1.ResourceName]v1alpha1.AppShare{corev1.ResourceMemory: {PercentOfApp: 10, Max: new(resource.MustParse("128Mi"))}}})
+	sc.Spec.PodMetadata = &v1alpha1.PodMetadata{
+		Labels:      map[string]string{"agent.example.com/cpu": "{{ .Parameters.cpu }}", "team": "platform"},
+		Annotations: map[string]string{"prometheus.io/port": "9100", "agent.example.com/cpu": "x"},
+		Overwrite:   []string{"team"},
+	}
+	e := mustEngine(f, sc)
+	f.Add([]byte(`{"metadata":{"annotations":{"agent.example.com/cpu":"250m"}},"spec":{"containers":[{"name":"app","resources":{"requests":{"memory":"1Gi"}}}]}}`))
+	f.Add([]byte(`{"metadata":{"labels":null,"annotations":null},"spec":{"containers":[{"name":"app"},{"name":"b","resources":{"requests":{"memory":"3"}}}]}}`))
+	f.Add([]byte(`{"metadata":{"labels":{"team":"shop","agent.example.com/cpu":"1"},"annotations":{"prometheus.io/port":"1"}},"spec":{}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if _, err := decodePod(raw); err != nil {
+			t.Skip()
+		}
+		checkBothPaths(t, e, raw, "fuzz")
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
@@ -42,13 +43,15 @@ func (e *Engine) InjectJSON(raw []byte, namespace string, nsLabels NamespaceLabe
 }
 
 // PodSpecFromJSON decodes the spec of the pod JSON raw in full, only when
-// the engine asks, which few pods make it do.
+// the engine asks, which few pods make it do. It decodes as the apiserver
+// does, with case-sensitive names: encoding/json would read "Volumes" or
+// "speC" as the fields the apiserver drops.
 func PodSpecFromJSON(raw []byte) PodSpecFunc {
 	return func() (*corev1.PodSpec, error) {
 		var pod struct {
 			Spec corev1.PodSpec `json:"spec"`
 		}
-		err := encjson.Unmarshal(raw, &pod)
+		err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &pod)
 		return &pod.Spec, err
 	}
 }
