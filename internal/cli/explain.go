@@ -157,7 +157,7 @@ func newExplainPodCommand() *cobra.Command {
 			}
 			if fleet.Finished(&pod) {
 				x.Source += " (finished: not counted)"
-			} else if why := snap.WebhookSkips(namespace, pod.Labels); why != "" {
+			} else if why := snap.WebhookSkips(namespace, &pod.ObjectMeta); why != "" {
 				x.Source += " (" + why + ")"
 			}
 			return writeExplained(cmd.OutOrStdout(), output, []explained{x})

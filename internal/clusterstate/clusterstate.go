@@ -167,8 +167,12 @@ func (s *Snapshot) NamespaceAnnotation(name, key string) (string, bool) {
 // WebhookSkips says why the webhook configuration does not send a pod
 // with these labels in this namespace to the webhook; empty when it does.
 // Match conditions (CEL) are not evaluated.
-func (s *Snapshot) WebhookSkips(namespace string, podLabels map[string]string) string {
+func (s *Snapshot) WebhookSkips(namespace string, pod *metav1.ObjectMeta) string {
+	podLabels := pod.Labels
 	if why := s.namespaceSkipped(namespace); why != "" {
+		return why
+	}
+	if why := s.podSkipped(pod); why != "" {
 		return why
 	}
 	for _, w := range s.Webhook.Webhooks {
@@ -180,6 +184,28 @@ func (s *Snapshot) WebhookSkips(namespace string, podLabels map[string]string) s
 		}
 	}
 	return ""
+}
+
+// podSkipped says why the configuration's pods condition does not send the
+// pod: no Sidecar opts it in, and it names none. It judges the condition
+// only when it is the one the Sidecars make now (webhookconfig.
+// PodsExpression); one that lags is not judged.
+func (s *Snapshot) podSkipped(meta *metav1.ObjectMeta) string {
+	webhook, expression, ok := webhookconfig.PodsConditionOf(s.Webhook)
+	if !ok || expression != webhookconfig.PodsExpression(s.Sidecars) {
+		return ""
+	}
+	if _, named := meta.Annotations[v1alpha1.AnnotationInject]; named {
+		return ""
+	}
+	pod := &corev1.Pod{ObjectMeta: *meta}
+	for _, sc := range s.Sidecars {
+		if s.Engine.OptsIn(sc.Name, pod) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("webhook %s is not sent the pod: no Sidecar's selector or activation annotation selects it (matchCondition %s)",
+		webhook, webhookconfig.PodsCondition)
 }
 
 func (s *Snapshot) namespaceSkipped(namespace string) string {

@@ -20,9 +20,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 // Causes of a missing sidecar, as verify reports them.
@@ -71,7 +73,7 @@ type Cluster struct {
 	// WebhookSkips says why the webhook configuration does not send a pod
 	// with these labels in this namespace to the webhook; empty when it
 	// does. Nil means it does.
-	WebhookSkips func(namespace string, podLabels map[string]string) string
+	WebhookSkips func(namespace string, pod *metav1.ObjectMeta) string
 }
 
 // Attempt is what became of the test pod.
@@ -140,7 +142,12 @@ func judge(name string, c Cluster, a Attempt, records []v1alpha1.InjectionRecord
 		return r
 	}
 	if c.WebhookSkips != nil {
-		if why := c.WebhookSkips(a.Sent.Namespace, a.Sent.Labels); why != "" {
+		switch why := c.WebhookSkips(a.Sent.Namespace, &a.Sent.ObjectMeta); {
+		case why != "" && x.Verdict == inject.VerdictNotSelected && strings.Contains(why, webhookconfig.PodsCondition):
+			// Not sent because not selected: the selection is the cause.
+			r.Cause, r.Detail = CauseNotSelected, append(x.Reasons, why)
+			return r
+		case why != "":
 			r.Cause = CauseWebhookNotCalled
 			r.Detail = []string{why}
 			return r

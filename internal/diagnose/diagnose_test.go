@@ -229,7 +229,7 @@ func TestDiagnose(t *testing.T) {
 				NamespaceLabels: func(string) (map[string]string, bool) {
 					return map[string]string{corev1.LabelMetadataName: "shop"}, true
 				},
-				WebhookSkips: func(namespace string, _ map[string]string) string {
+				WebhookSkips: func(namespace string, _ *metav1.ObjectMeta) string {
 					if namespace != "shop" {
 						t.Errorf("WebhookSkips asked about namespace %q", namespace)
 					}

@@ -414,19 +414,26 @@ func (e *Engine) Generation(name string) (int64, bool) {
 // signed under an older selection, or copied into a new pod, carries nothing
 // the current Sidecar would not give that pod.
 func (e *Engine) Selects(name string, pod *corev1.Pod, nsLabels NamespaceLabelsFunc) bool {
+	if !e.OptsIn(name, pod) {
+		return false
+	}
 	sc := e.byName[name]
-	if sc == nil {
-		return false
-	}
-	var p plan
-	if !p.selects(sc, pod.Annotations[v1alpha1.AnnotationInject], labels.Set(pod.Labels), pod.Annotations) {
-		return false
-	}
 	if sc.nsSelector == nil || sc.nsSelector.Empty() {
 		return true
 	}
 	l, ok := nsLabels(pod.Namespace)
 	return ok && sc.nsSelector.Matches(labels.Set(l))
+}
+
+// OptsIn reports whether the pod opts into the Sidecar in a way it allows
+// (by name, label or activation annotation), whatever its namespace.
+func (e *Engine) OptsIn(name string, pod *corev1.Pod) bool {
+	sc := e.byName[name]
+	if sc == nil {
+		return false
+	}
+	var p plan
+	return p.selects(sc, pod.Annotations[v1alpha1.AnnotationInject], labels.Set(pod.Labels), pod.Annotations)
 }
 
 // Mandatory returns the mandatory Sidecars whose selector and

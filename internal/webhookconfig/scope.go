@@ -2,8 +2,11 @@ package webhookconfig
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -26,6 +29,9 @@ import (
 type Scope struct {
 	all   bool
 	names []string // sorted
+	// pods is CEL for the pods some Sidecar could select, by its selector,
+	// its activation annotation, or a request by name; "" for every pod.
+	pods string
 }
 
 // AllNamespaces is the scope that narrows nothing: that of a Sidecar with no
@@ -38,8 +44,14 @@ var AllNamespaces = Scope{all: true}
 // stored. A Sidecar with no (or an empty) namespaceSelector selects every
 // namespace, and so does one whose selector does not parse: the engine
 // leaves such a Sidecar out, but a scope that errs sends too many pods, never
-// too few.
+// too few. The same holds of the pods part (podsSelected).
 func ScopeOf(sidecars []v1alpha1.Sidecar, namespaces []metav1.PartialObjectMetadata) Scope {
+	scope := namespacesOf(sidecars, namespaces)
+	scope.pods = podsSelected(sidecars)
+	return scope
+}
+
+func namespacesOf(sidecars []v1alpha1.Sidecar, namespaces []metav1.PartialObjectMetadata) Scope {
 	selectors := make([]labels.Selector, 0, len(sidecars))
 	for i := range sidecars {
 		if sidecars[i].Spec.NamespaceSelector == nil {
@@ -62,6 +74,98 @@ func ScopeOf(sidecars []v1alpha1.Sidecar, namespaces []metav1.PartialObjectMetad
 	return Scope{names: names}
 }
 
+// MaxPodsConditionBytes bounds the CEL of the pods part: past it, every
+// pod is sent, as when the operator has not narrowed the configuration.
+const MaxPodsConditionBytes = 64 << 10
+
+// PodsExpression is the pods condition the operator writes for these
+// Sidecars, "" for none (every pod sent).
+func PodsExpression(sidecars []v1alpha1.Sidecar) string { return podsSelected(sidecars) }
+
+// PodsConditionOf returns a configuration's pods condition, if it has one.
+func PodsConditionOf(cfg *admissionv1.MutatingWebhookConfiguration) (webhook, expression string, ok bool) {
+	for _, w := range cfg.Webhooks {
+		for _, c := range w.MatchConditions {
+			if c.Name == PodsCondition {
+				return w.Name, c.Expression, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// podsSelected is CEL for whether some Sidecar could select the pod: as
+// inject.Engine's plan.selects, by a request by name where the Sidecar
+// allows one, by its label selector, or by its activation annotation.
+// Sidecars are judged without their namespaceSelector (the namespace part
+// does that), so it errs towards sending. "" sends every pod.
+func podsSelected(sidecars []v1alpha1.Sidecar) string {
+	const annotations = "object.metadata.?annotations.orValue({})"
+	var terms []string
+	byName := false
+	for i := range sidecars {
+		spec := &sidecars[i].Spec
+		byName = byName || spec.RequestByNameAllowed()
+		if spec.Selector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(spec.Selector)
+			if err != nil || sel.Empty() {
+				return ""
+			}
+			terms = append(terms, selectorCEL(spec.Selector, "object.metadata.?labels.orValue({})"))
+		}
+		if spec.Activation != nil {
+			// strconv.ParseBool's true values.
+			terms = append(terms, fmt.Sprintf("%s[?%s].orValue('') in ['1', 't', 'T', 'TRUE', 'true', 'True']", annotations, celString(spec.Activation.Annotation)))
+		}
+	}
+	if byName {
+		terms = append(terms, fmt.Sprintf("%s in %s", celString(v1alpha1.AnnotationInject), annotations))
+	}
+	slices.Sort(terms)
+	terms = slices.Compact(terms)
+	if len(terms) == 0 {
+		return "false"
+	}
+	expr := strings.Join(terms, " || ")
+	if len(expr) > MaxPodsConditionBytes {
+		return ""
+	}
+	return expr
+}
+
+// selectorCEL is CEL for whether a LabelSelector matches the labels
+// map, as metav1.LabelSelectorAsSelector does; selects is its twin for a
+// selector that is a param, read at run time.
+func selectorCEL(sel *metav1.LabelSelector, podLabels string) string {
+	var terms []string
+	for _, k := range slices.Sorted(maps.Keys(sel.MatchLabels)) {
+		terms = append(terms, fmt.Sprintf("%[1]s[?%[2]s] == optional.of(%[3]s)", podLabels, celString(k), celString(sel.MatchLabels[k])))
+	}
+	for _, e := range sel.MatchExpressions {
+		values := make([]string, len(e.Values))
+		for j, v := range e.Values {
+			values[j] = celString(v)
+		}
+		has := fmt.Sprintf("%s in %s", celString(e.Key), podLabels)
+		in := fmt.Sprintf("(%s && %s[%s] in [%s])", has, podLabels, celString(e.Key), strings.Join(values, ", "))
+		switch e.Operator {
+		case metav1.LabelSelectorOpIn:
+			terms = append(terms, in)
+		case metav1.LabelSelectorOpNotIn:
+			terms = append(terms, "!"+in)
+		case metav1.LabelSelectorOpExists:
+			terms = append(terms, has)
+		default: // DoesNotExist; LabelSelectorAsSelector refused any other
+			terms = append(terms, "!("+has+")")
+		}
+	}
+	return "(" + strings.Join(terms, " && ") + ")"
+}
+
+// celString quotes s as a CEL string literal. strconv.Quote's escapes are
+// CEL's: \\, \", \n, \xHH, \uHHHH and \UHHHHHHHH.
+func celString(s string) string { return strconv.Quote(s) }
+
 // LoadScope reads the Sidecars and namespaces from r (the manager's cache,
 // which holds namespaces as metadata) and computes their scope. Every writer
 // of the mutating configuration computes it here, so that none undoes
@@ -79,6 +183,10 @@ func LoadScope(ctx context.Context, r client.Reader) (Scope, error) {
 	return ScopeOf(sidecars.Items, namespaces.Items), nil
 }
 
+// PodsCondition names the mutating webhook's matchCondition that sends it
+// only the pods some Sidecar could select (Scope.pods).
+const PodsCondition = "selected-by-a-sidecar"
+
 // ScopeCondition names the mutating webhook's matchCondition that holds the
 // scope. A matchCondition and not a namespaceSelector term, because the
 // installer renders the namespaceSelector and the operator adds this entry:
@@ -94,37 +202,42 @@ var scopeExpression = regexp.MustCompile(`^request\.namespace in \[('[a-z0-9-]+'
 // matchConditions are the scope's matchCondition: none for every
 // namespace, else the names, and for no name one no request meets.
 func (s Scope) matchConditions() []admissionv1.MatchCondition {
+	var out []admissionv1.MatchCondition
+	if s.pods != "" {
+		out = append(out, admissionv1.MatchCondition{Name: PodsCondition, Expression: s.pods})
+	}
 	if s.all {
-		return nil
+		return out
 	}
 	quoted := make([]string, len(s.names))
 	for i, n := range s.names {
 		quoted[i] = "'" + n + "'"
 	}
-	return []admissionv1.MatchCondition{{Name: ScopeCondition, Expression: "request.namespace in [" + strings.Join(quoted, ", ") + "]"}}
+	return append(out, admissionv1.MatchCondition{Name: ScopeCondition, Expression: "request.namespace in [" + strings.Join(quoted, ", ") + "]"})
 }
 
 // scopeIn reads the scope back from a webhook's matchConditions: every
 // namespace when there is no scope condition, or one it cannot read (a
-// scope that errs sends too many pods, never too few).
+// scope that errs sends too many pods, never too few), and the pods
+// condition as written.
 func scopeIn(conditions []admissionv1.MatchCondition) Scope {
+	scope := AllNamespaces
 	for _, c := range conditions {
-		if c.Name != ScopeCondition {
-			continue
-		}
-		m := scopeExpression.FindStringSubmatch(c.Expression)
-		if m == nil {
-			return AllNamespaces
-		}
-		var names []string
-		for q := range strings.SplitSeq(m[1], ", ") {
-			if q != "" {
-				names = append(names, strings.Trim(q, "'"))
+		switch c.Name {
+		case PodsCondition:
+			scope.pods = c.Expression
+		case ScopeCondition:
+			if m := scopeExpression.FindStringSubmatch(c.Expression); m != nil {
+				scope.all, scope.names = false, nil
+				for q := range strings.SplitSeq(m[1], ", ") {
+					if q != "" {
+						scope.names = append(scope.names, strings.Trim(q, "'"))
+					}
+				}
 			}
 		}
-		return Scope{names: names}
 	}
-	return AllNamespaces
+	return scope
 }
 
 // Selects reports whether the scope holds the namespace.

@@ -71,7 +71,7 @@ func TestScopeOf(t *testing.T) {
 	// The names are sorted, so that the same Sidecars and namespaces make the
 	// same configuration whichever writer computes it.
 	got := ScopeOf([]v1alpha1.Sidecar{sidecar(team("pay"))}, namespaces).matchConditions()
-	if len(got) != 1 || got[0].Expression != "request.namespace in ['billing', 'payments']" {
+	if len(got) != 2 || got[1].Name != ScopeCondition || got[1].Expression != "request.namespace in ['billing', 'payments']" {
 		t.Errorf("matchConditions %v, want the sorted names billing, payments", got)
 	}
 }
