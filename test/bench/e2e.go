@@ -29,6 +29,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 // e2eLabel marks the namespaces, pods and webhook configurations of the run.
@@ -72,7 +73,16 @@ func runE2E(args []string) error {
 	if err != nil {
 		return err
 	}
-	templates := map[string]*corev1.Pod{"none": template, "null": template, "patch": template, "replay": template, "inject": template, "presized": injected}
+	scs, err := sidecarfile.Load(*sidecars)
+	if err != nil {
+		return err
+	}
+	// A pod no Sidecar selects, sent to the injection webhook ("sent") as
+	// every pod was before the pods condition, and not ("unsent").
+	unselected := template.DeepCopy()
+	unselected.Labels, unselected.Annotations = map[string]string{"app": "bench"}, nil
+	templates := map[string]*corev1.Pod{"none": template, "null": template, "patch": template, "replay": template, "inject": template, "presized": injected,
+		"sent": unselected, "unsent": unselected}
 
 	dir, err := os.MkdirTemp("", "sidecar-operator-bench-e2e-")
 	if err != nil {
@@ -120,16 +130,21 @@ func runE2E(args []string) error {
 		servers = append(servers, cmd)
 	}
 
-	configs := []string{"none", "null", "patch", "replay", "inject", "presized"}
-	addrs := map[string]string{"null": nullAddr, "patch": patchAddr, "replay": replayAddr, "inject": injectAddr}
+	configs := []string{"none", "null", "patch", "replay", "inject", "presized", "sent", "unsent"}
+	addrs := map[string]string{"null": nullAddr, "patch": patchAddr, "replay": replayAddr, "inject": injectAddr, "sent": injectAddr, "unsent": injectAddr}
 	for _, name := range configs {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-" + name, Labels: map[string]string{e2eLabel: name}}}
 		if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 			return err
 		}
 		if addr, ok := addrs[name]; ok {
+			config := webhookFor(name, addr, caPEM)
+			if name == "unsent" {
+				config.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{
+					{Name: webhookconfig.PodsCondition, Expression: webhookconfig.PodsExpression(scs)}}
+			}
 			webhooks := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-			if _, err := webhooks.Create(ctx, webhookFor(name, addr, caPEM), metav1.CreateOptions{}); err != nil {
+			if _, err := webhooks.Create(ctx, config, metav1.CreateOptions{}); err != nil {
 				return err
 			}
 		}
@@ -205,6 +220,9 @@ func runE2E(args []string) error {
 	fmt.Printf("  the cost of the bigger pod itself: %s (presized - none)\n", round(p50["presized"]-p50["none"]))
 	fmt.Printf("  injection over the null webhook: %s (inject - null)\n", round(p50["inject"]-p50["null"]))
 	fmt.Printf("  computing the injection: %s (inject - replay)\n", round(p50["inject"]-p50["replay"]))
+	fmt.Printf("  a pod no Sidecar selects, sent to the webhook: %s (sent - none)\n", round(p50["sent"]-p50["none"]))
+	fmt.Printf("  a pod no Sidecar selects, not sent (matchCondition %s): %s (unsent - none)\n", webhookconfig.PodsCondition, round(p50["unsent"]-p50["none"]))
+	fmt.Printf("  an injected pod: %s (inject - none)\n", round(p50["inject"]-p50["none"]))
 	return nil
 }
 
