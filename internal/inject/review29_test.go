@@ -19,9 +19,9 @@ import (
 // Sidecar is compiled; without that, the pod gets the key.
 func TestReview29NamespaceCopyWritesReservedKeys(t *testing.T) {
 	for key, want := range map[string]string{
-		v1alpha1.AnnotationInject: "keys of sidecar-operator.io are the operator's own",
-		v1alpha1.AnnotationStatus: "keys of sidecar-operator.io are the operator's own",
-		v1alpha1.AnnotationSkip:   "keys of sidecar-operator.io are the operator's own",
+		v1alpha1.AnnotationInject:                               "keys of sidecar-operator.io are the operator's own",
+		v1alpha1.AnnotationStatus:                               "keys of sidecar-operator.io are the operator's own",
+		v1alpha1.AnnotationSkip:                                 "keys of sidecar-operator.io are the operator's own",
 		"container.apparmor.security.beta.kubernetes.io/victim": "the apiserver copies this annotation",
 		"a/b/c": "not a qualified name",
 	} {
