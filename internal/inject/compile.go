@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
@@ -330,6 +331,15 @@ func (c *compiledSidecar) compileParameters(params []v1alpha1.Parameter) (declar
 		}
 		declared[p.Name] = true
 		c.paramIndex[p.Name] = i
+		// The namespace's value is copied onto the pod under Annotation, as
+		// podMetadata writes its keys, and is held to the same rules.
+		if p.NamespaceAnnotation != "" {
+			if bad := validation.IsQualifiedName(p.Annotation); len(bad) > 0 {
+				errs = append(errs, fmt.Errorf("spec.parameters[%d].annotation: the key is not a qualified name: %s", i, strings.Join(bad, "; ")))
+			} else if why := reservedKey(p.Annotation); why != "" {
+				errs = append(errs, fmt.Errorf("spec.parameters[%d].annotation: %s, and the namespace's value would be copied onto the pod under it", i, why))
+			}
+		}
 		if p.Default != nil && len(*p.Default) > MaxParameterValueLength {
 			errs = append(errs, fmt.Errorf("spec.parameters[%d].default: %d bytes long, over the %d-byte cap of a parameter value",
 				i, len(*p.Default), MaxParameterValueLength))
