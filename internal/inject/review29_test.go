@@ -57,3 +57,48 @@ func TestReview29NamespaceCopyWritesReservedKeys(t *testing.T) {
 			key, out.Annotations[key], res.Denial)
 	}
 }
+
+// TestReview29HugeExponentsCostNothing: a quantity is parsed in
+// microseconds whatever its exponent, but adding or comparing two of
+// different scales multiplies by ten to the difference: a tenant's
+// 12-byte "1e100000000", as a templated request beside a literal limit or
+// as its own container's request under appShare, held a webhook goroutine
+// for minutes (Cmp with "1" took 1m50s). Each must be denied at once.
+func TestReview29HugeExponentsCostNothing(t *testing.T) {
+	const huge = "1e100000000"
+	templated := mustEngine(t, sizedAgent(v1alpha1.ContainerResources{Container: "agent",
+		Requests: map[corev1.ResourceName]string{corev1.ResourceCPU: "{{ .Parameters.cpu }}"},
+		Limits:   map[corev1.ResourceName]string{corev1.ResourceCPU: "500m"}}))
+	shared := mustEngine(t, sizedAgent(v1alpha1.ContainerResources{Container: "agent",
+		AppShare: map[corev1.ResourceName]v1alpha1.AppShare{corev1.ResourceCPU: {PercentOfApp: 10}}}))
+	for name, tc := range map[string]struct {
+		e   *Engine
+		pod *corev1.Pod
+	}{
+		"templated request": {templated, appPod(map[string]string{"agent.example.com/cpu": huge}, "1")},
+		"tiny templated":    {templated, appPod(map[string]string{"agent.example.com/cpu": "1e-100000000"}, "1")},
+		"appShare":          {shared, appPod(nil, huge, "1m")},
+	} {
+		raw, err := encjson.Marshal(tc.pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var view PodView
+		if err := DecodePodView(raw, &view); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan *Result, 1)
+		go func() {
+			res, _ := tc.e.InjectView(time.Time{}, &view, "shop", DefaultNamespaceLabels, nil, PodSpecFromJSON(raw), nil, nil)
+			done <- res
+		}()
+		select {
+		case res := <-done:
+			if res == nil || !strings.Contains(res.Denial, "exponent") {
+				t.Errorf("%s: %v, want a denial naming the exponent", name, res)
+			}
+		case <-time.After(2 * time.Second):
+			t.Errorf("HOLE: %s: no answer within 2s", name)
+		}
+	}
+}
