@@ -86,6 +86,9 @@ func compileSizing(i int, entry *v1alpha1.ContainerResources, base corev1.Resour
 		case own || entry.Requests[name] != "":
 			errs = append(errs, fmt.Errorf("%s: requests.%s is set too; a request is set in one place", f, name))
 			continue
+		case share.Min != nil && boundedExponent(*share.Min) != nil, share.Max != nil && boundedExponent(*share.Max) != nil:
+			errs = append(errs, fmt.Errorf("%s: min or max has a decimal exponent beyond ±%d", f, maxQuantityExponent))
+			continue
 		case share.Min != nil && share.Max != nil && share.Min.Cmp(*share.Max) > 0:
 			errs = append(errs, fmt.Errorf("%s: min %s is above max %s", f, share.Min, share.Max))
 			continue
@@ -125,16 +128,38 @@ func (s *sizing) templated() bool {
 }
 
 // parseQuantity reads a quantity as the apiserver would, refusing the
-// negative ones it refuses in a container.
+// negative ones it refuses in a container, and exponents past bounds.
 func parseQuantity(s string) (resource.Quantity, error) {
+	// Parsing a negative exponent rounds to the nano at a cost of ten to
+	// the exponent (1e-10000000 took 1.7 s), so exponents of three digits
+	// or more are refused unread; "Ei" is a suffix, not an exponent.
+	if i := strings.LastIndexAny(s, "eE"); i >= 0 && !strings.HasPrefix(s[i+1:], "i") && len(strings.TrimLeft(s[i+1:], "+-")) > 2 {
+		return resource.Quantity{}, fmt.Errorf("has a decimal exponent beyond ±%d", maxQuantityExponent)
+	}
 	q, err := resource.ParseQuantity(s)
 	if err != nil {
 		return q, errors.New("is not a quantity (such as 250m, 2 or 128Mi)")
+	}
+	if err := boundedExponent(q); err != nil {
+		return q, err
 	}
 	if q.Sign() < 0 {
 		return q, errors.New("is negative")
 	}
 	return q, nil
+}
+
+// maxQuantityExponent bounds the decimal exponent of the quantities the
+// webhook adds and compares: both rescale to a common exponent, at a cost
+// of ten to the difference (1e100000000 against 1 took minutes), though
+// parsing costs microseconds. 10^±30 is past any size a node has.
+const maxQuantityExponent = 30
+
+func boundedExponent(q resource.Quantity) error {
+	if scale := q.AsDec().Scale(); scale > maxQuantityExponent || scale < -maxQuantityExponent {
+		return fmt.Errorf("has a decimal exponent beyond ±%d", maxQuantityExponent)
+	}
+	return nil
 }
 
 // size computes the resources of each sized container of the selection
@@ -255,6 +280,9 @@ func (p *plan) share(sh appShare) (resource.Quantity, string, error) {
 	terms := make([]string, 0, len(spec.Containers))
 	for i := range spec.Containers {
 		if q, ok := spec.Containers[i].Resources.Requests[sh.name]; ok {
+			if err := boundedExponent(q); err != nil {
+				return resource.Quantity{}, "", fmt.Errorf("container %q: requests.%s %w", spec.Containers[i].Name, sh.name, err)
+			}
 			sum.Add(q)
 			terms = append(terms, fmt.Sprintf("%s %s", spec.Containers[i].Name, q.String()))
 		}
