@@ -2,6 +2,7 @@ package inject
 
 import (
 	encjson "encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,38 @@ func TestReview29HugeExponentsCostNothing(t *testing.T) {
 			}
 		case <-time.After(2 * time.Second):
 			t.Errorf("HOLE: %s: no answer within 2s", name)
+		}
+	}
+}
+
+// TestReview29LabelIntoAMandatorySidecar: a Sidecar's podMetadata label
+// that a mandatory Sidecar selects. The mandatory one selects no pod by a
+// label set in the same pass, so the pod would leave admission selected by
+// it and without it.
+func TestReview29LabelIntoAMandatorySidecar(t *testing.T) {
+	guard := sidecar("guard", byLabel("tier", "web"))
+	guard.Spec.Mandatory = true
+	tagger := sidecar("tagger", byLabel("app", "shop"))
+	tagger.Spec.PodMetadata = &v1alpha1.PodMetadata{Labels: map[string]string{"tier": "web"}}
+	e := mustEngine(t, guard, tagger)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Labels: map[string]string{"app": "shop"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+	raw, err := encjson.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.InjectJSON(raw, "shop", DefaultNamespaceLabels, testRing(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := decodePod(applyPatch(t, raw, res.Patch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	injected := InjectedSidecars(out.Annotations)
+	for _, name := range e.Mandatory(out, DefaultNamespaceLabels) {
+		if !slices.ContainsFunc(injected, func(r v1alpha1.InjectionRecord) bool { return r.Name == name }) {
+			t.Errorf("the injected pod (labels %v) is selected by mandatory %q and lacks it: the apiserver denies every pod tagger injects", out.Labels, name)
 		}
 	}
 }
