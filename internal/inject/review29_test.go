@@ -135,3 +135,37 @@ func TestReview29LabelIntoAMandatorySidecar(t *testing.T) {
 		}
 	}
 }
+
+// TestReview29PatchCollisions: two Sidecars writing one key (kept, then
+// overwritten), a key that needs JSON-pointer escaping, another Sidecar's
+// parameter annotation, on pods with and without labels and annotations;
+// the patch and the typed path agree, and a second pass is a no-op.
+func TestReview29PatchCollisions(t *testing.T) {
+	first := sidecar("first", byLabel("app", "shop"))
+	first.Spec.Parameters = []v1alpha1.Parameter{{Name: "port", Annotation: "first.example.com/port", Default: new("9100")}}
+	first.Spec.Containers[0].Args = []string{"--port={{ .Parameters.port }}"}
+	first.Spec.PodMetadata = &v1alpha1.PodMetadata{Labels: map[string]string{"team": "one"},
+		Annotations: map[string]string{"a.example.com/x": "1", "example.com/scrape": "one"}}
+	second := sidecar("second", byLabel("app", "shop"))
+	second.Spec.PodMetadata = &v1alpha1.PodMetadata{Labels: map[string]string{"team": "two"},
+		Annotations: map[string]string{"example.com/scrape": "two", "first.example.com/port": "1"},
+		Overwrite:   []string{"team", "example.com/scrape", "first.example.com/port"}}
+	e := mustEngine(t, first, second)
+	for _, meta := range []map[string]any{
+		{"name": "web", "labels": map[string]any{"app": "shop"}},
+		{"name": "web", "labels": map[string]any{"app": "shop"}, "annotations": map[string]any{"first.example.com/port": "9300", "example.com/scrape": "pod"}},
+	} {
+		_, patched := checkBothPaths(t, e, pod(meta, nil), "shop")
+		out, err := decodePod(patched)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Labels["team"] != "two" || out.Annotations["example.com/scrape"] != "two" || out.Annotations["a.example.com/x"] != "1" {
+			t.Errorf("labels %v annotations %v", out.Labels, out.Annotations)
+		}
+		args := out.Spec.Containers[1].Args[0]
+		if want := "--port=" + out.Annotations["first.example.com/port"]; args != want {
+			t.Errorf("first rendered %s, but the pod's annotation it reads says %s: an upgrade in place renders it otherwise", args, want)
+		}
+	}
+}
