@@ -16,6 +16,8 @@ import (
 type metadataEntry struct {
 	label      bool
 	key, value string
+	// sidecar set it by podMetadata; empty for a parameter's copied value.
+	sidecar string
 }
 
 // metaValue is a podMetadata label or annotation, compiled.
@@ -112,6 +114,14 @@ func (p *plan) podMetadata(sel *selection) bool {
 	sc := sel.sc
 	for i, v := range sel.render.params {
 		key := sc.params[i].Annotation
+		// An earlier Sidecar's podMetadata would leave the pod saying
+		// otherwise than this one was rendered from, and an upgrade in
+		// place renders from the pod.
+		if at := slices.IndexFunc(p.metadata, func(m metadataEntry) bool { return !m.label && m.key == key && m.sidecar != "" }); at >= 0 {
+			p.warnings = append(p.warnings, fmt.Sprintf("sidecar %q: its spec.podMetadata annotation %q is not set: sidecar %q reads it as parameter %s",
+				p.metadata[at].sidecar, key, sc.name, sc.params[i].Name))
+			p.metadata = slices.Delete(p.metadata, at, at+1)
+		}
 		if v.source == FromNamespace && !slices.ContainsFunc(p.metadata, func(m metadataEntry) bool { return !m.label && m.key == key }) {
 			// The pod keeps the value it was injected with: an upgrade in
 			// place renders from the pod's annotations.
@@ -135,9 +145,35 @@ func (p *plan) podMetadata(sel *selection) bool {
 				return false
 			}
 		}
-		p.setMetadata(sc.name, metadataEntry{label: m.label, key: m.key, value: value}, m.overwrite)
+		if reader, ok := p.readsAsParameter(sel, m); ok {
+			p.warnings = append(p.warnings, fmt.Sprintf("sidecar %q: its spec.podMetadata annotation %q is not set: sidecar %q reads it as a parameter",
+				sc.name, m.key, reader))
+			continue
+		}
+		p.setMetadata(sc.name, metadataEntry{label: m.label, key: m.key, value: value, sidecar: sc.name}, m.overwrite)
 	}
 	return true
+}
+
+// readsAsParameter names the Sidecar of this pass, sel's or an earlier one,
+// that reads annotation m as a parameter: it was rendered from what the
+// pod says now.
+func (p *plan) readsAsParameter(sel *selection, m metaValue) (string, bool) {
+	if m.label {
+		return "", false
+	}
+	reads := func(sc *compiledSidecar) bool {
+		return slices.ContainsFunc(sc.params, func(prm v1alpha1.Parameter) bool { return prm.Annotation == m.key })
+	}
+	if reads(sel.sc) {
+		return sel.sc.name, true
+	}
+	for i := range p.selected {
+		if reads(p.selected[i].sc) {
+			return p.selected[i].sc.name, true
+		}
+	}
+	return "", false
 }
 
 func labelValueErrors(label bool, value string) []string {

@@ -150,22 +150,39 @@ func TestReview29PatchCollisions(t *testing.T) {
 	second.Spec.PodMetadata = &v1alpha1.PodMetadata{Labels: map[string]string{"team": "two"},
 		Annotations: map[string]string{"example.com/scrape": "two", "first.example.com/port": "1"},
 		Overwrite:   []string{"team", "example.com/scrape", "first.example.com/port"}}
-	e := mustEngine(t, first, second)
-	for _, meta := range []map[string]any{
-		{"name": "web", "labels": map[string]any{"app": "shop"}},
-		{"name": "web", "labels": map[string]any{"app": "shop"}, "annotations": map[string]any{"first.example.com/port": "9300", "example.com/scrape": "pod"}},
-	} {
-		_, patched := checkBothPaths(t, e, pod(meta, nil), "shop")
-		out, err := decodePod(patched)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out.Labels["team"] != "two" || out.Annotations["example.com/scrape"] != "two" || out.Annotations["a.example.com/x"] != "1" {
-			t.Errorf("labels %v annotations %v", out.Labels, out.Annotations)
-		}
-		args := out.Spec.Containers[1].Args[0]
-		if want := "--port=" + out.Annotations["first.example.com/port"]; args != want {
-			t.Errorf("first rendered %s, but the pod's annotation it reads says %s: an upgrade in place renders it otherwise", args, want)
+	// The reader before the writer, and after it.
+	early := second
+	early.Name = "early"
+	for _, e := range []*Engine{mustEngine(t, first, second), mustEngine(t, early, first)} {
+		for _, meta := range []map[string]any{
+			{"name": "web", "labels": map[string]any{"app": "shop"}},
+			{"name": "web", "labels": map[string]any{"app": "shop"}, "annotations": map[string]any{"first.example.com/port": "9300", "example.com/scrape": "pod"}},
+		} {
+			_, patched := checkBothPaths(t, e, pod(meta, nil), "shop")
+			out, err := decodePod(patched)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Labels["team"] != "two" || out.Annotations["example.com/scrape"] != "two" || out.Annotations["a.example.com/x"] != "1" {
+				t.Errorf("labels %v annotations %v", out.Labels, out.Annotations)
+			}
+			args := firstArgs(out)
+			port, ok := out.Annotations["first.example.com/port"]
+			if !ok {
+				port = "9100" // the default, rendered again on an upgrade
+			}
+			if want := "--port=" + port; args != want {
+				t.Errorf("first rendered %s, but the pod's annotation it reads says %s: an upgrade in place renders it otherwise", args, want)
+			}
 		}
 	}
+}
+
+func firstArgs(pod *corev1.Pod) string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == "first" {
+			return c.Args[0]
+		}
+	}
+	return "no container first"
 }
