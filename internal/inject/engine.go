@@ -4,6 +4,7 @@ import (
 	encjson "encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -242,72 +243,13 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 			return
 		}
 	}
-	requested := annotations[v1alpha1.AnnotationInject]
-	skip := annotations[v1alpha1.AnnotationSkip]
-	var nsLabelSet labels.Set
-	podLabels := labels.Set(pod.Metadata.Labels)
-
+	in := podInputs{pod: pod, namespace: namespace, existing: existing, nsLabels: nsLabels, annotations: annotations,
+		requested: annotations[v1alpha1.AnnotationInject], skip: annotations[v1alpha1.AnnotationSkip], podLabels: labels.Set(pod.Metadata.Labels)}
 	for _, sc := range e.sidecars {
-		if statusHas(existing, sc.name) {
-			if p.trace != nil {
-				p.trace.present(sc, existing)
-			}
-			continue
-		}
-		if !p.selects(sc, requested, podLabels, annotations) {
-			continue
-		}
-		if !p.namespaceSelects(sc, nsLabels, &nsLabelSet) {
-			continue
-		}
-		sc, ok := p.unskipped(sc, pod, namespace, skip)
-		if !ok {
-			continue
-		}
-		if name, clash := sc.containerIn(pod); clash {
-			p.skip(sc.name, SkipContainerExists, fmt.Sprintf("sidecar %q not injected: the pod already has a container named %q", sc.name, name))
-			continue
-		}
-		sel := selection{sc: sc, render: renderData{index: sc.paramIndex, pod: pod, ns: namespace, budget: &p.budget}}
-		var missing []string
-		sel.render.params, missing = resolveParameters(sc.params, annotations, p.nsAnnotation, p.namespace)
-		if p.inputTooLong(sc, sel.render.params) {
-			continue
-		}
-		if p.trace != nil {
-			p.trace.parameters(sc, sel.render.params)
-		}
-		if len(missing) > 0 {
-			msg := fmt.Sprintf("sidecar %q requires pod annotations that are missing: %s", sc.name, quoteList(missing))
-			if sc.onMissing == v1alpha1.MissingParametersSkip {
-				p.skip(sc.name, SkipMissingParameters, msg+"; not injected")
-			} else {
-				p.deny(sc.name, msg)
-			}
-			continue
-		}
-		if prev, name, clash := p.containerClash(sc); clash {
-			p.denyClash(prev, sc.name, name)
-			continue
-		}
-		if err := p.checkConflicts(sc, p.podVolume); err != nil {
-			p.deny(sc.name, fmt.Sprintf("sidecar %q: %v", sc.name, err))
-			continue
-		}
-		if key, ok := sc.appArmorAnnotationIn(annotations); ok {
-			p.deny(sc.name, fmt.Sprintf("sidecar %q: annotation %s would have the apiserver change the injected container's securityContext "+
-				"after injection; set securityContext.appArmorProfile in the Sidecar instead", sc.name, key))
-			continue
-		}
-		if !p.sizedAndLabelled(&sel) {
-			continue
-		}
-		if p.trace != nil {
-			p.trace.verdict(sc.name, VerdictInject, "")
-		}
-		p.selected = append(p.selected, sel)
+		p.consider(sc, &in)
 	}
-	e.warnRequested(p, requested)
+	e.considerLabelledIn(p, &in)
+	e.warnRequested(p, in.requested)
 	if len(p.denials) > 0 || len(p.selected) == 0 {
 		return
 	}
@@ -316,6 +258,131 @@ func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels Namespac
 	}
 	p.planPullSecrets()
 	p.addLabel = pod.Metadata.Labels[v1alpha1.LabelInjected] != "true"
+}
+
+// podInputs are what one pass over the Sidecars reads of the pod.
+type podInputs struct {
+	pod             *PodView
+	namespace       string
+	existing        *v1alpha1.InjectionStatus
+	requested, skip string
+	nsLabels        NamespaceLabelsFunc
+	nsLabelSet      labels.Set // the namespace's labels, once read
+	podLabels       labels.Set
+	annotations     map[string]string
+}
+
+// consider selects sc for the pod, or records why not.
+func (p *plan) consider(sc *compiledSidecar, in *podInputs) {
+	if statusHas(in.existing, sc.name) {
+		if p.trace != nil {
+			p.trace.present(sc, in.existing)
+		}
+		return
+	}
+	if !p.selects(sc, in.requested, in.podLabels, in.annotations) {
+		return
+	}
+	if !p.namespaceSelects(sc, in.nsLabels, &in.nsLabelSet) {
+		return
+	}
+	sc, ok := p.unskipped(sc, in.pod, in.namespace, in.skip)
+	if !ok {
+		return
+	}
+	if name, clash := sc.containerIn(in.pod); clash {
+		p.skip(sc.name, SkipContainerExists, fmt.Sprintf("sidecar %q not injected: the pod already has a container named %q", sc.name, name))
+		return
+	}
+	sel := selection{sc: sc, render: renderData{index: sc.paramIndex, pod: in.pod, ns: in.namespace, budget: &p.budget}}
+	var missing []string
+	sel.render.params, missing = resolveParameters(sc.params, in.annotations, p.nsAnnotation, p.namespace)
+	if p.inputTooLong(sc, sel.render.params) {
+		return
+	}
+	if p.trace != nil {
+		p.trace.parameters(sc, sel.render.params)
+	}
+	if len(missing) > 0 {
+		msg := fmt.Sprintf("sidecar %q requires pod annotations that are missing: %s", sc.name, quoteList(missing))
+		if sc.onMissing == v1alpha1.MissingParametersSkip {
+			p.skip(sc.name, SkipMissingParameters, msg+"; not injected")
+		} else {
+			p.deny(sc.name, msg)
+		}
+		return
+	}
+	if prev, name, clash := p.containerClash(sc); clash {
+		p.denyClash(prev, sc.name, name)
+		return
+	}
+	if err := p.checkConflicts(sc, p.podVolume); err != nil {
+		p.deny(sc.name, fmt.Sprintf("sidecar %q: %v", sc.name, err))
+		return
+	}
+	if key, ok := sc.appArmorAnnotationIn(in.annotations); ok {
+		p.deny(sc.name, fmt.Sprintf("sidecar %q: annotation %s would have the apiserver change the injected container's securityContext "+
+			"after injection; set securityContext.appArmorProfile in the Sidecar instead", sc.name, key))
+		return
+	}
+	if !p.sizedAndLabelled(&sel) {
+		return
+	}
+	if p.trace != nil {
+		p.trace.verdict(sc.name, VerdictInject, "")
+	}
+	p.selected = append(p.selected, sel)
+}
+
+// considerLabelledIn selects the mandatory Sidecars that the labels the
+// pass's podMetadata sets put the pod into: the apiserver's policy judges
+// the pod with them, so without such a Sidecar every pod would be denied.
+// It repeats while it selects more, as those may set labels too.
+func (e *Engine) considerLabelledIn(p *plan, in *podInputs) {
+	for {
+		labelled := p.labelsAfterMetadata(in.podLabels)
+		if labelled == nil {
+			return
+		}
+		before := len(p.selected)
+		for _, sc := range e.sidecars {
+			if !sc.mandatory || sc.selector == nil || sc.selector.Matches(in.podLabels) || !sc.selector.Matches(labelled) || p.isSelected(sc.name) {
+				continue
+			}
+			if p.trace != nil {
+				p.trace.note(sc.name, fmt.Sprintf("mandatory, and its selector %q matches the labels the other Sidecars' podMetadata set", sc.selector))
+			}
+			p.consider(sc, &podInputs{pod: in.pod, namespace: in.namespace, existing: in.existing, nsLabels: in.nsLabels, nsLabelSet: in.nsLabelSet,
+				annotations: in.annotations, skip: in.skip, podLabels: labelled})
+		}
+		if len(p.selected) == before {
+			return
+		}
+		in.podLabels = labelled
+	}
+}
+
+// labelsAfterMetadata is the pod's labels with those the plan sets, nil
+// when it sets none.
+func (p *plan) labelsAfterMetadata(podLabels labels.Set) labels.Set {
+	var out labels.Set
+	for _, m := range p.metadata {
+		if !m.label || podLabels[m.key] == m.value {
+			continue
+		}
+		if out == nil {
+			out = maps.Clone(podLabels)
+			if out == nil {
+				out = labels.Set{}
+			}
+		}
+		out[m.key] = m.value
+	}
+	return out
+}
+
+func (p *plan) isSelected(name string) bool {
+	return slices.ContainsFunc(p.selected, func(s selection) bool { return s.sc.name == name })
 }
 
 // unskipped returns the revision of sc the pod gets (served), unless the

@@ -105,9 +105,8 @@ func TestReview29HugeExponentsCostNothing(t *testing.T) {
 }
 
 // TestReview29LabelIntoAMandatorySidecar: a Sidecar's podMetadata label
-// that a mandatory Sidecar selects. The mandatory one selects no pod by a
-// label set in the same pass, so the pod would leave admission selected by
-// it and without it.
+// that a mandatory Sidecar selects brings that Sidecar in too, in the same
+// pass: the apiserver's policy judges the labels the pod leaves with.
 func TestReview29LabelIntoAMandatorySidecar(t *testing.T) {
 	guard := sidecar("guard", byLabel("tier", "web"))
 	guard.Spec.Mandatory = true
