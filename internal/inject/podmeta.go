@@ -94,6 +94,9 @@ func reservedKey(key string) string {
 		return "keys of " + v1alpha1.GroupVersion.Group + " are the operator's own"
 	case strings.HasPrefix(key, appArmorAnnotationPrefix):
 		return "the apiserver copies this annotation into a container's securityContext after injection"
+	case prefix == "seccomp.security.alpha.kubernetes.io" || prefix == "container.seccomp.security.alpha.kubernetes.io":
+		// Older apiservers copy these into securityContext as AppArmor's.
+		return "a seccomp profile is set in the Sidecar's securityContext, not by annotation"
 	case prefix == "kubernetes.io" && strings.HasPrefix(key, "kubernetes.io/config."):
 		return "the kubelet's keys for static pods"
 	}
