@@ -47,6 +47,17 @@ func compileSizing(i int, entry *v1alpha1.ContainerResources, base corev1.Resour
 	field := fmt.Sprintf("spec.resources[%d]", i)
 	s := &sizing{field: field, base: base}
 	var errs []error
+	// The container's own quantities are compared with the others too.
+	for kind, list := range map[string]corev1.ResourceList{"requests": base.Requests, "limits": base.Limits} {
+		for name, q := range list {
+			if err := boundedExponent(q); err != nil {
+				errs = append(errs, fmt.Errorf("%s: the container's own %s.%s %w", field, kind, name, err))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
 	values := func(kind string, in map[corev1.ResourceName]string, own corev1.ResourceList) []sizedValue {
 		var out []sizedValue
 		for _, name := range slices.Sorted(maps.Keys(in)) {

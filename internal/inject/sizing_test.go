@@ -154,6 +154,11 @@ func TestSizedToTheApp(t *testing.T) {
 }
 
 func TestSizingInvalid(t *testing.T) {
+	huge := sizedAgent(v1alpha1.ContainerResources{Container: "agent", Requests: map[corev1.ResourceName]string{corev1.ResourceCPU: "1"}})
+	huge.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("1e100000000")
+	if _, err := New([]v1alpha1.Sidecar{huge}); err == nil || !strings.Contains(err.Error(), "the container's own limits.cpu has a decimal exponent beyond") {
+		t.Errorf("a container's own 1e100000000 limit: %v", err)
+	}
 	for want, r := range map[string]v1alpha1.ContainerResources{
 		`spec.resources[0].container: "nope" is not a container`: {Container: "nope"},
 		`spec.resources[0].requests.cpu: "lots" is not a quantity`: {Container: "agent",
