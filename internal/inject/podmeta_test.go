@@ -75,7 +75,7 @@ func TestPodMetadataInvalid(t *testing.T) {
 		`spec.podMetadata.labels["team"]: "a b" is not a label value`: {Labels: map[string]string{"team": "a b"}},
 		`spec.podMetadata.annotations["container.seccomp.security.alpha.kubernetes.io/app"]: a seccomp profile`: {
 			Annotations: map[string]string{"container.seccomp.security.alpha.kubernetes.io/app": "unconfined"}},
-		`spec.podMetadata.overwrite[0]: "nope" is neither`:            {Overwrite: []string{"nope"}},
+		`spec.podMetadata.overwrite[0]: "nope" is neither`: {Overwrite: []string{"nope"}},
 	} {
 		if _, err := New([]v1alpha1.Sidecar{scraped(pm)}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v, want one saying %q", err, want)
