@@ -130,15 +130,16 @@ func TestPodsSelectedAsTheEngine(t *testing.T) {
 }
 
 // TestPodsSelectedBounds: an empty selector sends every pod, and so does a
-// condition past its size cap; no Sidecar sends none.
+// condition past its size cap; with no Sidecar, only the pods that name one
+// are sent, to be warned.
 func TestPodsSelectedBounds(t *testing.T) {
 	every := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "every"}}
 	every.Spec.Selector = &metav1.LabelSelector{}
 	if got := podsSelected([]v1alpha1.Sidecar{every}); got != "" {
 		t.Errorf("an empty selector: %q, want every pod sent", got)
 	}
-	if got := podsSelected(nil); got != "false" {
-		t.Errorf("no Sidecar: %q, want no pod sent", got)
+	if got := podsSelected(nil); got != `"sidecar-operator.io/inject" in object.metadata.?annotations.orValue({})` {
+		t.Errorf("no Sidecar: %q, want only the pods that name one sent", got)
 	}
 	many := make([]v1alpha1.Sidecar, 0, 2000)
 	for i := range cap(many) {

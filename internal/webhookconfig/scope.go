@@ -95,17 +95,17 @@ func PodsConditionOf(cfg *admissionv1.MutatingWebhookConfiguration) (webhook, ex
 }
 
 // podsSelected is CEL for whether some Sidecar could select the pod: as
-// inject.Engine's plan.selects, by a request by name where the Sidecar
-// allows one, by its label selector, or by its activation annotation.
-// Sidecars are judged without their namespaceSelector (the namespace part
-// does that), so it errs towards sending. "" sends every pod.
+// inject.Engine's plan.selects, by its label selector or its activation
+// annotation, and any pod that names Sidecars in
+// sidecar-operator.io/inject, which the webhook injects or warns about
+// (one that does not exist, or does not allow requests by name). Sidecars
+// are judged without their namespaceSelector (the namespace part does
+// that), so it errs towards sending. "" sends every pod.
 func podsSelected(sidecars []v1alpha1.Sidecar) string {
 	const annotations = "object.metadata.?annotations.orValue({})"
-	var terms []string
-	byName := false
+	terms := []string{fmt.Sprintf("%s in %s", celString(v1alpha1.AnnotationInject), annotations)}
 	for i := range sidecars {
 		spec := &sidecars[i].Spec
-		byName = byName || spec.RequestByNameAllowed()
 		if spec.Selector != nil {
 			sel, err := metav1.LabelSelectorAsSelector(spec.Selector)
 			if err != nil || sel.Empty() {
@@ -118,14 +118,8 @@ func podsSelected(sidecars []v1alpha1.Sidecar) string {
 			terms = append(terms, fmt.Sprintf("%s[?%s].orValue('') in ['1', 't', 'T', 'TRUE', 'true', 'True']", annotations, celString(spec.Activation.Annotation)))
 		}
 	}
-	if byName {
-		terms = append(terms, fmt.Sprintf("%s in %s", celString(v1alpha1.AnnotationInject), annotations))
-	}
 	slices.Sort(terms)
 	terms = slices.Compact(terms)
-	if len(terms) == 0 {
-		return "false"
-	}
 	expr := strings.Join(terms, " || ")
 	if len(expr) > MaxPodsConditionBytes {
 		return ""
