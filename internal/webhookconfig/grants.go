@@ -125,9 +125,12 @@ func grantVariables(namespace string) []admissionv1.Variable {
 	// What a webhook may not become: sent elsewhere, for other requests,
 	// other namespaces or objects, under another failurePolicy, or with a
 	// condition of its own that would narrow it. Its caBundle, its scope
-	// (matched to a list of names) and the fields that only tune a call
-	// (timeoutSeconds, reinvocation) may change, so that each version of
-	// the operator can write its own as it is upgraded.
+	// (matched to a list of names), the injecting webhook's pods condition
+	// (narrowing what injects, never what validates: the scope could
+	// already send it no pod, and mandatory Sidecars are the apiserver's to
+	// hold) and the fields that only tune a call (timeoutSeconds,
+	// reinvocation) may change, so that each version of the operator can
+	// write its own as it is upgraded.
 	same := func(field string) string { return fmt.Sprintf("w.?%[1]s == o.?%[1]s", field) }
 	var known []string
 	mutating, validating := Installed(namespace, admissionv1.Fail)
@@ -145,8 +148,9 @@ func grantVariables(namespace string) []admissionv1.Variable {
 		"w.name == o.name", "w.clientConfig.?url == o.clientConfig.?url", "w.clientConfig.?service == o.clientConfig.?service",
 		same("rules"), same("namespaceSelector"), same("objectSelector"), same("failurePolicy"),
 		fmt.Sprintf("w.?matchConditions.orValue([]).all(c, c.name == '%[1]s' ? c.expression.matches(%[2]s) : "+
+			"c.name == '%[4]s' && w.name == '%[5]s' || "+
 			"(o.?matchConditions.orValue([]).exists(d, d.name == c.name && d.expression == c.expression) || [%[3]s].exists(k, k[0] == c.name && k[1] == c.expression)))",
-			ScopeCondition, quotedCEL(scopeExpression.String()), strings.Join(known, ", ")),
+			ScopeCondition, quotedCEL(scopeExpression.String()), strings.Join(known, ", "), PodsCondition, InjectWebhookName),
 	}
 	return []admissionv1.Variable{
 		{Name: "webhookConfiguration", Expression: fmt.Sprintf("request.resource.group == '%s'", admissionv1.GroupName)},

@@ -117,7 +117,7 @@ func Mutating(
 	return &admissionv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionv1.MutatingWebhook{{
-			Name:                    "inject.sidecar-operator.io",
+			Name:                    InjectWebhookName,
 			ClientConfig:            cc,
 			AdmissionReviewVersions: []string{"v1", "v1beta1"},
 			SideEffects:             ptr.To(admissionv1.SideEffectClassNone),
@@ -146,6 +146,9 @@ func Mutating(
 		}},
 	}
 }
+
+// InjectWebhookName names the mutating webhook that injects.
+const InjectWebhookName = "inject.sidecar-operator.io"
 
 // Validating is the desired configuration for judging
 // Sidecars and injection records. Pods are sent only when they carry, or

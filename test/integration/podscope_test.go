@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +61,41 @@ func TestUnselectedPodsNotSent(t *testing.T) {
 	if want := "is not sent the pod: no Sidecar's selector or activation annotation selects it (matchCondition selected-by-a-sidecar)"; err != nil ||
 		!strings.Contains(out, want) {
 		t.Errorf("explain pod: %v, want %q in\n%s", err, want, out)
+	}
+}
+
+// TestAttackStolenControllerTokenPodsCondition: the controllers' token may
+// write the injecting webhook's pods condition (it narrows what injects, as
+// the scope already could), but not put a condition of that name on a
+// validating webhook, which would exempt pods from validation.
+func TestAttackStolenControllerTokenPodsCondition(t *testing.T) {
+	ctx := context.Background()
+	op, _, _ := bindOperatorRoles(t, k8s, cfg, webhookconfig.GrantingServiceAccount, "controller")
+	installGrantPolicy(t, k8s, op)
+	var vwc admissionv1.ValidatingWebhookConfiguration
+	if err := op.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &vwc); err != nil {
+		t.Fatal(err)
+	}
+	exempt := vwc.DeepCopy()
+	for i := range exempt.Webhooks {
+		exempt.Webhooks[i].MatchConditions = append(exempt.Webhooks[i].MatchConditions,
+			admissionv1.MatchCondition{Name: webhookconfig.PodsCondition, Expression: "false"})
+	}
+	if err := op.Update(ctx, exempt, client.DryRunAll); err == nil {
+		t.Errorf("HOLE: the controllers' token put matchCondition %s: false on every validating webhook: no pod, and no Sidecar, is validated",
+			webhookconfig.PodsCondition)
+	} else {
+		t.Logf("held: %v", err)
+	}
+	var mwc admissionv1.MutatingWebhookConfiguration
+	if err := op.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &mwc); err != nil {
+		t.Fatal(err)
+	}
+	narrowed := mwc.DeepCopy()
+	narrowed.Webhooks[0].MatchConditions = append(slices.DeleteFunc(narrowed.Webhooks[0].MatchConditions, func(c admissionv1.MatchCondition) bool {
+		return c.Name == webhookconfig.PodsCondition
+	}), admissionv1.MatchCondition{Name: webhookconfig.PodsCondition, Expression: `"sidecar-operator.io/inject" in object.metadata.?annotations.orValue({})`})
+	if err := op.Update(ctx, narrowed, client.DryRunAll); err != nil {
+		t.Errorf("the controllers' token may not write the injecting webhook's pods condition, which it keeps: %v", err)
 	}
 }
