@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -449,7 +450,11 @@ func (r *Reconciler) tellNotRestartable(sc *v1alpha1.Sidecar, ref workload.Ref, 
 // tellWorkload records an Event on the Sidecar and one on the workload (the
 // pod itself for a bare pod).
 func (r *Reconciler) tellWorkload(sc *v1alpha1.Sidecar, ref workload.Ref, obj client.Object, pod *corev1.Pod, eventType, reason, note string) {
-	r.Events.Eventf(sc, pod, eventType, reason, "Restart", "%s", note)
+	var related runtime.Object // a nil *Pod in it would be read, and panic
+	if pod != nil {
+		related = pod
+	}
+	r.Events.Eventf(sc, related, eventType, reason, "Restart", "%s", note)
 	regarding := &corev1.ObjectReference{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
 	switch {
 	case restart.New(ref.Kind) != nil:
@@ -464,5 +469,5 @@ func (r *Reconciler) tellWorkload(sc *v1alpha1.Sidecar, ref workload.Ref, obj cl
 			regarding.APIVersion, regarding.UID = owner.APIVersion, owner.UID
 		}
 	}
-	r.Events.Eventf(regarding, pod, eventType, reason, "Restart", "%s", note)
+	r.Events.Eventf(regarding, related, eventType, reason, "Restart", "%s", note)
 }

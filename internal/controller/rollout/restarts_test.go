@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
@@ -271,4 +272,25 @@ func TestHeldBackReadOncePerRetry(t *testing.T) {
 	if gets != 2 || w.dryRuns != 0 {
 		t.Errorf("%d reads (want 2: the Deployment and its ReplicaSet, once) and %d dry runs (want none) in three passes", gets, w.dryRuns)
 	}
+}
+
+// relatedReader reads the related object of each Event, as client-go's
+// recorder does to refer to it.
+type relatedReader struct{ events.FakeRecorder }
+
+func (r *relatedReader) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	if related != nil {
+		_ = related.GetObjectKind().GroupVersionKind()
+	}
+}
+
+// TestToldStuckWithoutAPod: a restart past its deadline is told on the
+// workload with no pod to relate (a nil *Pod in the related interface
+// panicked client-go's recorder, in the integration suite's log).
+func TestToldStuckWithoutAPod(t *testing.T) {
+	deployment, _ := deploymentOf("web")
+	r := &Reconciler{Events: &relatedReader{}, Log: logr.Discard()}
+	sc := &v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "logger"}}
+	r.tellWorkload(sc, workload.Ref{Kind: "Deployment", Namespace: "shop", Name: "web"}, deployment, nil,
+		corev1.EventTypeWarning, ReasonProgressDeadlineExceeded, "stuck")
 }
