@@ -242,8 +242,8 @@ func upgradeTo(t *testing.T, l *podLoop, from release, more ...string) tally {
 }
 
 // configurationsConverged reports whether the webhook configurations are
-// this commit's, but for what the operator keeps (the caBundles and the
-// mutating webhook's scope).
+// this commit's, but for what the operator keeps (the caBundles, and the
+// mutating webhook's scope and pods conditions).
 func configurationsConverged() error {
 	ctx := context.Background()
 	wantMutating, wantValidating := webhookconfig.Installed(operatorNamespace, admissionv1.Fail)
@@ -261,7 +261,9 @@ func configurationsConverged() error {
 	for i := range m.Webhooks {
 		m.Webhooks[i].ClientConfig.CABundle = nil
 		m.Webhooks[i].MatchConditions = slices.DeleteFunc(m.Webhooks[i].MatchConditions,
-			func(c admissionv1.MatchCondition) bool { return c.Name == webhookconfig.ScopeCondition })
+			func(c admissionv1.MatchCondition) bool {
+				return c.Name == webhookconfig.ScopeCondition || c.Name == webhookconfig.PodsCondition
+			})
 	}
 	for i := range v.Webhooks {
 		v.Webhooks[i].ClientConfig.CABundle = nil

@@ -200,6 +200,10 @@ type identityRules struct {
 	namespaced []rbacv1.PolicyRule
 }
 
+// maybeUsed starts the reason of an excused grant that the run may or may
+// not use, as its timing has it.
+const maybeUsed = "sometimes: "
+
 // compareRulesWithUse fails if the identity was refused any request, or if
 // a grant was never used, or a ClusterRole's grant used only in the Role's
 // namespace (it belongs in the Role), unless excused names it with the
@@ -242,7 +246,7 @@ func compareRulesWithUse(t *testing.T, requests []auditedRequest, rules identity
 		switch why, ok := excused[g]; {
 		case problem != "" && !ok:
 			t.Errorf("%s: %s", problem, g)
-		case problem == "" && ok:
+		case problem == "" && ok && !strings.HasPrefix(why, maybeUsed):
 			t.Errorf("excused (%s), but the run uses it as granted: %s", why, g)
 		}
 	}
@@ -358,9 +362,10 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 				// podEvents.toldBefore reads back an Event a former leader
 				// recorded for a missed or unverified pod; the run has neither.
 				{verb: "get", group: "events.k8s.io", resource: "events"}: "an Event read back after a leader change",
-				// The run's Events (pods upgraded in place) are each told
-				// once; a repeated one is patched.
-				{verb: "patch", group: "events.k8s.io", resource: "events"}: "an Event repeated",
+				// The run's Events are each told once, but two alike in a
+				// pass (a rollout's restarts, as timing has them) are one
+				// Event, patched.
+				{verb: "patch", group: "events.k8s.io", resource: "events"}: maybeUsed + "an Event repeated",
 				// The signing key and the certificate are updated when rotated
 				// (AnnotationRotate, or at 2/3 of their life); the run rotates
 				// neither.
