@@ -107,8 +107,9 @@ func compileSizing(i int, entry *v1alpha1.ContainerResources, base corev1.Resour
 		s.shares = append(s.shares, appShare{name: name, percent: share.PercentOfApp, min: share.Min, max: share.Max})
 	}
 	// Limits below requests, where both are known now.
+	literalRequests := s.literals(s.requests, base.Requests)
 	for name, limit := range s.literals(s.limits, base.Limits) {
-		if req, ok := s.literals(s.requests, base.Requests)[name]; ok && limit.Cmp(req) < 0 {
+		if req, ok := literalRequests[name]; ok && limit.Cmp(req) < 0 {
 			errs = append(errs, fmt.Errorf("%s: limits.%s %s is below requests.%s %s", field, name, limit.String(), name, req.String()))
 		}
 		for _, sh := range s.shares {

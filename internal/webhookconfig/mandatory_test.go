@@ -174,38 +174,13 @@ func TestMandatoryPolicy(t *testing.T) {
 func TestMandatorySelectorsAsLabelSelectors(t *testing.T) {
 	validator := mandatoryValidator(t)
 	rng := rand.New(rand.NewPCG(1, 2))
-	keys, values := []string{"a", "b", "c"}, []string{"x", "y", "z"}
-	someLabels := func() map[string]string {
-		l := map[string]string{}
-		for _, k := range keys {
-			if rng.IntN(3) > 0 {
-				l[k] = values[rng.IntN(len(values))]
-			}
-		}
-		return l
-	}
-	someSelector := func() *metav1.LabelSelector {
-		s := &metav1.LabelSelector{}
-		if rng.IntN(2) == 0 {
-			s.MatchLabels = map[string]string{keys[rng.IntN(len(keys))]: values[rng.IntN(len(values))]}
-		}
-		ops := []metav1.LabelSelectorOperator{metav1.LabelSelectorOpIn, metav1.LabelSelectorOpNotIn, metav1.LabelSelectorOpExists, metav1.LabelSelectorOpDoesNotExist}
-		for range rng.IntN(3) {
-			r := metav1.LabelSelectorRequirement{Key: keys[rng.IntN(len(keys))], Operator: ops[rng.IntN(len(ops))]}
-			if r.Operator == metav1.LabelSelectorOpIn || r.Operator == metav1.LabelSelectorOpNotIn {
-				r.Values = values[:1+rng.IntN(len(values))]
-			}
-			s.MatchExpressions = append(s.MatchExpressions, r)
-		}
-		return s
-	}
 	for i := range 300 {
 		sc := &v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "agent"}}
 		sc.Spec.Mandatory = true
 		sc.Spec.Containers = []corev1.Container{{Name: "agent", Image: "agent"}}
-		sc.Spec.Selector, sc.Spec.NamespaceSelector = someSelector(), someSelector()
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "shop", Labels: someLabels()}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
-		nsLabels := someLabels()
+		sc.Spec.Selector, sc.Spec.NamespaceSelector = randomSelector(rng, rng.IntN(2) == 0), randomSelector(rng, rng.IntN(2) == 0)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "shop", Labels: randomLabels(rng)}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
+		nsLabels := randomLabels(rng)
 		podSel, err := metav1.LabelSelectorAsSelector(sc.Spec.Selector)
 		if err != nil {
 			t.Fatal(err)

@@ -57,28 +57,6 @@ func podSent(t testing.TB, m matchconditions.Matcher, pod *corev1.Pod) bool {
 // sidecar-operator.io/inject.
 func TestPodsSelectedAsTheEngine(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	keys, values := []string{"a", "b", "c"}, []string{"x", "y", "z"}
-	someLabels := func() map[string]string {
-		l := map[string]string{}
-		for _, k := range keys {
-			if rng.IntN(3) > 0 {
-				l[k] = values[rng.IntN(len(values))]
-			}
-		}
-		return l
-	}
-	someSelector := func() *metav1.LabelSelector {
-		s := &metav1.LabelSelector{MatchLabels: map[string]string{keys[rng.IntN(len(keys))]: values[rng.IntN(len(values))]}}
-		ops := []metav1.LabelSelectorOperator{metav1.LabelSelectorOpIn, metav1.LabelSelectorOpNotIn, metav1.LabelSelectorOpExists, metav1.LabelSelectorOpDoesNotExist}
-		for range rng.IntN(3) {
-			r := metav1.LabelSelectorRequirement{Key: keys[rng.IntN(len(keys))], Operator: ops[rng.IntN(len(ops))]}
-			if r.Operator == metav1.LabelSelectorOpIn || r.Operator == metav1.LabelSelectorOpNotIn {
-				r.Values = values[:1+rng.IntN(len(values))]
-			}
-			s.MatchExpressions = append(s.MatchExpressions, r)
-		}
-		return s
-	}
 	truths := []string{"true", "1", "T", "TRUE", "True", "t", "false", "0", "yes", ""}
 	for round := range 60 {
 		n := 1 + rng.IntN(3)
@@ -87,7 +65,7 @@ func TestPodsSelectedAsTheEngine(t *testing.T) {
 			sc := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%d", i)}}
 			sc.Spec.Containers = []corev1.Container{{Name: sc.Name, Image: "x"}}
 			if rng.IntN(3) > 0 {
-				sc.Spec.Selector = someSelector()
+				sc.Spec.Selector = randomSelector(rng, true)
 			}
 			if rng.IntN(3) == 0 {
 				sc.Spec.Activation = &v1alpha1.Activation{Annotation: "agent.example.com/" + sc.Name}
@@ -99,12 +77,12 @@ func TestPodsSelectedAsTheEngine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		expression := podsSelected(sidecars)
+		expression := PodsExpression(sidecars)
 		matcher := podsMatcher(t, expression)
 		for range 40 {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "shop", Annotations: map[string]string{}}}
 			if rng.IntN(4) > 0 {
-				pod.Labels = someLabels()
+				pod.Labels = randomLabels(rng)
 			}
 			for i := range len(sidecars) {
 				if rng.IntN(2) == 0 {
@@ -135,10 +113,10 @@ func TestPodsSelectedAsTheEngine(t *testing.T) {
 func TestPodsSelectedBounds(t *testing.T) {
 	every := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "every"}}
 	every.Spec.Selector = &metav1.LabelSelector{}
-	if got := podsSelected([]v1alpha1.Sidecar{every}); got != "" {
+	if got := PodsExpression([]v1alpha1.Sidecar{every}); got != "" {
 		t.Errorf("an empty selector: %q, want every pod sent", got)
 	}
-	if got := podsSelected(nil); got != `"sidecar-operator.io/inject" in object.metadata.?annotations.orValue({})` {
+	if got := PodsExpression(nil); got != `"sidecar-operator.io/inject" in object.metadata.?annotations.orValue({})` {
 		t.Errorf("no Sidecar: %q, want only the pods that name one sent", got)
 	}
 	many := make([]v1alpha1.Sidecar, 0, 2000)
@@ -147,7 +125,38 @@ func TestPodsSelectedBounds(t *testing.T) {
 		sc.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": strings.Repeat("x", 40) + fmt.Sprint(i)}}
 		many = append(many, sc)
 	}
-	if got := podsSelected(many); got != "" {
+	if got := PodsExpression(many); got != "" {
 		t.Errorf("%d Sidecars: a condition of %d bytes, want every pod sent past %d", len(many), len(got), MaxPodsConditionBytes)
 	}
+}
+
+var randomKeys, randomValues = []string{"a", "b", "c"}, []string{"x", "y", "z"}
+
+// randomLabels are some of randomKeys, each with one of randomValues.
+func randomLabels(rng *rand.Rand) map[string]string {
+	l := map[string]string{}
+	for _, k := range randomKeys {
+		if rng.IntN(3) > 0 {
+			l[k] = randomValues[rng.IntN(len(randomValues))]
+		}
+	}
+	return l
+}
+
+// randomSelector is a selector over randomKeys and randomValues: a match
+// label when withLabels, and up to two expressions of any operator.
+func randomSelector(rng *rand.Rand, withLabels bool) *metav1.LabelSelector {
+	s := &metav1.LabelSelector{}
+	if withLabels {
+		s.MatchLabels = map[string]string{randomKeys[rng.IntN(len(randomKeys))]: randomValues[rng.IntN(len(randomValues))]}
+	}
+	ops := []metav1.LabelSelectorOperator{metav1.LabelSelectorOpIn, metav1.LabelSelectorOpNotIn, metav1.LabelSelectorOpExists, metav1.LabelSelectorOpDoesNotExist}
+	for range rng.IntN(3) {
+		r := metav1.LabelSelectorRequirement{Key: randomKeys[rng.IntN(len(randomKeys))], Operator: ops[rng.IntN(len(ops))]}
+		if r.Operator == metav1.LabelSelectorOpIn || r.Operator == metav1.LabelSelectorOpNotIn {
+			r.Values = randomValues[:1+rng.IntN(len(randomValues))]
+		}
+		s.MatchExpressions = append(s.MatchExpressions, r)
+	}
+	return s
 }

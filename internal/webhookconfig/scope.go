@@ -44,10 +44,10 @@ var AllNamespaces = Scope{all: true}
 // stored. A Sidecar with no (or an empty) namespaceSelector selects every
 // namespace, and so does one whose selector does not parse: the engine
 // leaves such a Sidecar out, but a scope that errs sends too many pods, never
-// too few. The same holds of the pods part (podsSelected).
+// too few. The same holds of the pods part (PodsExpression).
 func ScopeOf(sidecars []v1alpha1.Sidecar, namespaces []metav1.PartialObjectMetadata) Scope {
 	scope := namespacesOf(sidecars, namespaces)
-	scope.pods = podsSelected(sidecars)
+	scope.pods = PodsExpression(sidecars)
 	return scope
 }
 
@@ -78,10 +78,6 @@ func namespacesOf(sidecars []v1alpha1.Sidecar, namespaces []metav1.PartialObject
 // pod is sent, as when the operator has not narrowed the configuration.
 const MaxPodsConditionBytes = 64 << 10
 
-// PodsExpression is the pods condition the operator writes for these
-// Sidecars, "" for none (every pod sent).
-func PodsExpression(sidecars []v1alpha1.Sidecar) string { return podsSelected(sidecars) }
-
 // PodsConditionOf returns a configuration's pods condition, if it has one.
 func PodsConditionOf(cfg *admissionv1.MutatingWebhookConfiguration) (webhook, expression string, ok bool) {
 	for _, w := range cfg.Webhooks {
@@ -94,14 +90,15 @@ func PodsConditionOf(cfg *admissionv1.MutatingWebhookConfiguration) (webhook, ex
 	return "", "", false
 }
 
-// podsSelected is CEL for whether some Sidecar could select the pod: as
+// PodsExpression is the pods condition the operator writes: CEL for
+// whether some Sidecar could select the pod: as
 // inject.Engine's plan.selects, by its label selector or its activation
 // annotation, and any pod that names Sidecars in
 // sidecar-operator.io/inject, which the webhook injects or warns about
 // (one that does not exist, or does not allow requests by name). Sidecars
 // are judged without their namespaceSelector (the namespace part does
 // that), so it errs towards sending. "" sends every pod.
-func podsSelected(sidecars []v1alpha1.Sidecar) string {
+func PodsExpression(sidecars []v1alpha1.Sidecar) string {
 	const annotations = "object.metadata.?annotations.orValue({})"
 	terms := []string{fmt.Sprintf("%s in %s", celString(v1alpha1.AnnotationInject), annotations)}
 	for i := range sidecars {

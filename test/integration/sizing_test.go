@@ -211,7 +211,19 @@ func writePodManifest(t *testing.T, selectedBy string) string {
 // AppArmor annotation that the apiserver turns into the injected
 // containers' securityContext after the webhooks ran.
 func TestPodMetadataAttackOperatorKeys(t *testing.T) {
-	user := "meta-author-" + rand.String(4)
+	authorRefusedOperatorKeys(t, "meta", func(sc *v1alpha1.Sidecar, key string) (string, string) {
+		sc.Spec.PodMetadata = &v1alpha1.PodMetadata{Annotations: map[string]string{key: "unconfined"}}
+		return "writes pod annotation " + key, fmt.Sprintf("spec.podMetadata.annotations[%q]", key)
+	})
+}
+
+// authorRefusedOperatorKeys has an author (impersonated) who may create
+// pods in one namespace write, for each of the operator's keys and an
+// AppArmor one, a Sidecar that use makes write that pod key; each is
+// refused naming the field use returns, and what it says of the key.
+func authorRefusedOperatorKeys(t *testing.T, prefix string, use func(sc *v1alpha1.Sidecar, key string) (what, field string), more ...string) {
+	t.Helper()
+	user := prefix + "-author-" + rand.String(4)
 	author := sidecarAuthor(t, user, false)
 	ns := createNamespace(t, nil)
 	grantPodRights(t, user, ns)
@@ -222,14 +234,14 @@ func TestPodMetadataAttackOperatorKeys(t *testing.T) {
 		// inject beside this annotation, as its author's own.
 		"container.apparmor.security.beta.kubernetes.io/victim": "the apiserver copies this annotation into a container's securityContext",
 	} {
-		sc := loggerSidecar("meta-atk-"+rand.String(5), map[string]string{"meta-atk": "on"})
+		sc := loggerSidecar(prefix+"-atk-"+rand.String(5), map[string]string{prefix + "-atk": "on"})
 		sc.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
-		sc.Spec.PodMetadata = &v1alpha1.PodMetadata{Annotations: map[string]string{key: "unconfined"}}
+		what, field := use(sc, key)
 		err := authorCreate(t, author, sc)
 		if err == nil {
-			t.Errorf("HOLE: an author's Sidecar writes pod annotation %s", key)
+			t.Errorf("HOLE: an author's Sidecar %s", what)
 			continue
 		}
-		deniedNaming(t, err, "podMetadata annotation "+key, fmt.Sprintf("spec.podMetadata.annotations[%q]", key), want)
+		deniedNaming(t, err, what, append([]string{field, want}, more...)...)
 	}
 }
