@@ -1,6 +1,8 @@
 package inject
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -259,6 +261,11 @@ func readList[T any](s *jsonscan.Scanner, dst []T, read func(*jsonscan.Scanner, 
 	n := 0
 	for ; s.Element(); n++ {
 		if n == len(dst) {
+			if n == cap(dst) {
+				// Doubling, where append grows a long list by a quarter: a
+				// hostile list of nulls allocates at most 4 slots an element.
+				dst = slices.Grow(dst, max(n, 4))
+			}
 			var zero T
 			dst = append(dst, zero)
 		}

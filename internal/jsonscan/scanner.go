@@ -7,6 +7,7 @@ package jsonscan
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -55,6 +56,46 @@ type Scanner struct {
 	err     error
 	scratch []byte
 	arena   []byte // backs the strings returned; see intern
+	budget  Budget
+	costs   Costs
+	left    int64 // bytes granted by budget and not yet spent
+}
+
+// Budget prices what a reader keeps of a document while it reads it, so
+// that a document that costs far more decoded than its size is stopped
+// partway, in the one pass, not priced by a pass before.
+type Budget interface {
+	// Take is asked for at least n more bytes when those granted are spent,
+	// and returns how many it grants; its error stops the scanner.
+	Take(n int64) (granted int64, err error)
+}
+
+// Costs are what a reader keeps for each part of the document it reads:
+// PerOpen for each object or array it enters, PerValue for each member or
+// element, on top of twice the bytes of each string it is returned (the
+// arena they are copied into grows by doubling). What is skipped costs
+// nothing: nothing of it is kept.
+type Costs struct {
+	PerOpen, PerValue int64
+}
+
+// Bound charges what the reader keeps from now on to b.
+func (s *Scanner) Bound(b Budget, c Costs) { s.budget, s.costs, s.left = b, c, 0 }
+
+// charge spends n bytes of the budget, asking it for more when they run out.
+func (s *Scanner) charge(n int64) {
+	if s.budget == nil || s.err != nil {
+		return
+	}
+	if s.left -= n; s.left >= 0 {
+		return
+	}
+	granted, err := s.budget.Take(-s.left)
+	if err != nil {
+		s.err = err
+		return
+	}
+	s.left += granted
 }
 
 // Reset starts reading data. The scratch buffer is reused; the strings
@@ -117,7 +158,10 @@ func (s *Scanner) open(c byte, want string) bool {
 		return false
 	}
 	s.first = true
-	return true
+	if s.budget != nil {
+		s.charge(s.costs.PerOpen)
+	}
+	return s.err == nil
 }
 
 // Member returns the next member's name, unescaped, and positions the
@@ -178,14 +222,17 @@ func (s *Scanner) next(closing byte) bool {
 			s.syntax("unexpected end of input")
 			return false
 		}
-		return true
+	} else {
+		if c != ',' {
+			s.syntax(fmt.Sprintf("want ',' or '%c'", closing))
+			return false
+		}
+		s.pos++
 	}
-	if c != ',' {
-		s.syntax(fmt.Sprintf("want ',' or '%c'", closing))
-		return false
+	if s.budget != nil {
+		s.charge(s.costs.PerValue)
 	}
-	s.pos++
-	return true
+	return s.err == nil
 }
 
 // String reads a string value; ok is false for null and on error.
@@ -202,6 +249,9 @@ func (s *Scanner) String() (value string, ok bool) {
 	return "", false
 }
 
+// arenaChunk is the first arena's size, and the longest string put in one.
+const arenaChunk = 1024
+
 // intern copies b into an append-only arena and returns it as a string, so
 // that reading many short strings costs a few allocations, not one each.
 // Bytes handed out are never written again; Reset starts a new arena.
@@ -209,8 +259,16 @@ func (s *Scanner) intern(b []byte) string {
 	if len(b) == 0 {
 		return ""
 	}
+	s.charge(2 * int64(len(b))) // the arena grows by doubling
+	if s.err != nil {
+		return ""
+	}
+	if len(b) > arenaChunk {
+		// On its own: in the arena it would double the arenas after it.
+		return string(b)
+	}
 	if cap(s.arena)-len(s.arena) < len(b) {
-		s.arena = make([]byte, 0, max(1024, 2*cap(s.arena), len(b)))
+		s.arena = make([]byte, 0, max(arenaChunk, 2*cap(s.arena)))
 	}
 	start := len(s.arena)
 	s.arena = append(s.arena, b...)
@@ -289,6 +347,13 @@ func (s *Scanner) string() []byte {
 	s.pos = end + 1
 	if !escaped && (ascii || utf8.Valid(raw)) {
 		return raw
+	}
+	// Invalid UTF-8 decodes to U+FFFD, 3 bytes a byte: charge the growth first.
+	if grow := 3*len(raw) - cap(s.scratch); grow > 0 {
+		if s.charge(int64(grow)); s.err != nil {
+			return nil
+		}
+		s.scratch = slices.Grow(s.scratch[:0], 3*len(raw)) // once, not by a quarter at a time
 	}
 	s.scratch = unquote(s.scratch[:0], raw)
 	return s.scratch

@@ -10,7 +10,7 @@ import (
 
 // BenchmarkMutatePod is one review through the handler (read, decode,
 // inject, encode), alone and behind the server's limits, which also count
-// what decoding the review will cost.
+// what decoding the review costs as it decodes.
 func BenchmarkMutatePod(b *testing.B) {
 	for _, tc := range []struct{ name, file string }{
 		{"realistic", "admissionreview-pod.json"},
@@ -41,7 +41,8 @@ func BenchmarkMutatePod(b *testing.B) {
 	}
 }
 
-// BenchmarkDecodeCost is what the limits add to a review before decoding it.
+// BenchmarkDecodeCost is what the limits add to a validating review before
+// decoding it; the mutating review draws on them as it decodes instead.
 func BenchmarkDecodeCost(b *testing.B) {
 	for _, file := range []string{"admissionreview-pod.json", "admissionreview-large-pod.json"} {
 		b.Run(file, func(b *testing.B) {

@@ -106,9 +106,9 @@ func checkRequest(w http.ResponseWriter, r *http.Request) (ok bool) {
 	return true
 }
 
-// reviewHandler answers a review whose body *in holds; it may reuse the
-// memory of *in for its answer.
-type reviewHandler func(w http.ResponseWriter, r *http.Request, in *[]byte)
+// reviewHandler answers a review whose body *in holds, drawing what
+// decoding it costs from b; it may reuse the memory of *in for its answer.
+type reviewHandler func(w http.ResponseWriter, r *http.Request, in *[]byte, b *budget)
 
 // serveReview checks the request and reads its body, with no limits, for h.
 func serveReview(w http.ResponseWriter, r *http.Request, h reviewHandler) {
@@ -118,7 +118,7 @@ func serveReview(w http.ResponseWriter, r *http.Request, h reviewHandler) {
 	in := bufPool.Get().(*[]byte)
 	defer putBuf(in)
 	if readInto(w, r, in) {
-		h(w, r, in)
+		h(w, r, in, nil)
 	}
 }
 
@@ -165,8 +165,9 @@ func writeResponse(w http.ResponseWriter, payload []byte) {
 // ServeHTTP answers a review with no limits; Server.Handler applies them.
 func (m *Mutator) ServeHTTP(w http.ResponseWriter, r *http.Request) { serveReview(w, r, m.review) }
 
-// review answers the review whose body *in holds.
-func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte) {
+// review answers the review whose body *in holds. The pod is read into the
+// engine's view in one pass that draws what it keeps from b.
+func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte, b *budget) {
 	engine := m.Engines.Engine()
 	if engine == nil {
 		http.Error(w, "sidecar definitions are not loaded yet", http.StatusServiceUnavailable)
@@ -187,16 +188,30 @@ func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte) {
 	defer putBuf(out)
 	body := *in
 	var review podReview
-	if err := decodePodReview(body, &review); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	if err := decodePodReview(body, &review, b); err != nil {
+		if !answerLimit(w, err) {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		}
 		return
 	}
 	req := review.Request
 	resp := response{apiVersion: review.APIVersion, uid: req.UID}
 	if req.Operation == "CREATE" && req.SubResource == "" {
 		deadline := time.Now().Add(reviewTimeout(r))
+		// The few pods whose spec the engine decodes in full pay for it first.
+		var overLimit error
+		podSpec := func() (*corev1.PodSpec, error) {
+			if overLimit = b.take(decodeCost(req.ObjectJSON)); overLimit != nil {
+				return nil, overLimit
+			}
+			return inject.PodSpecFromJSON(req.ObjectJSON)()
+		}
 		res, err := engine.InjectView(deadline, &req.Object, req.Namespace, m.NamespaceLabels, m.NamespaceAnnotation,
-			inject.PodSpecFromJSON(req.ObjectJSON), signer, (*out)[:0])
+			podSpec, signer, (*out)[:0])
+		if overLimit != nil {
+			answerLimit(w, overLimit)
+			return
+		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

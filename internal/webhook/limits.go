@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -20,8 +21,9 @@ type Limits struct {
 	MaxInFlight int
 	// MaxBufferedBytes is how many bytes reviews hold at once. A review
 	// holds its declared length from its headers on (one that declares none,
-	// MaxRequestBytes); once read, also what decoding it will cost
-	// (decodeCost), before decoding starts.
+	// MaxRequestBytes); once read, also what decoding it costs: drawn as
+	// the mutating webhook reads the pod, priced before decoding (decodeCost)
+	// by the validating ones.
 	MaxBufferedBytes int64
 }
 
@@ -98,24 +100,31 @@ func (l *limiter) wrap(h reviewHandler) http.Handler {
 		if declared < 0 {
 			declared = MaxRequestBytes
 		}
-		held, ok := l.hold(w, declared)
-		if !ok {
+		held := &budget{l: l}
+		defer held.release()
+		if err := held.take(declared); err != nil {
+			answerLimit(w, err)
 			return
 		}
 		in := bufPool.Get().(*[]byte)
 		defer putBuf(in)
-		read := readInto(w, r, in)
-		held.release()
-		if !read {
-			return
+		if readInto(w, r, in) {
+			h(w, r, in, held)
 		}
-		// Decoding costs more than the body: hold that too, before it starts.
-		if held, ok = l.hold(w, declared+decodeCost(*in)); !ok {
-			return
-		}
-		defer held.release()
-		h(w, r, in)
 	})
+}
+
+// prepaid is h, for a handler whose decoder cannot draw on the budget as
+// it goes (encoding/json): what decoding will cost (decodeCost), priced by
+// a pass over the body, is taken before it starts.
+func prepaid(h func(http.ResponseWriter, *http.Request, *[]byte)) reviewHandler {
+	return func(w http.ResponseWriter, r *http.Request, in *[]byte, b *budget) {
+		if err := b.take(decodeCost(*in)); err != nil {
+			answerLimit(w, err)
+			return
+		}
+		h(w, r, in)
+	}
 }
 
 // reviewTimeout is how long a review may take: the apiserver's timeout for
@@ -153,41 +162,88 @@ func decodeCost(body []byte) int64 {
 	return int64(len(body)+2*n.NonASCII) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*costPerScalar
 }
 
-// holding is bytes of the budget a review holds.
-type holding struct {
-	l     *limiter
-	n     int64
+// budget is the bytes of the limits one review holds: its declared length
+// from its headers on, then what decoding it costs, drawn as it decodes.
+// A nil budget has no limit.
+type budget struct {
+	l *limiter
+	n int64
+	// large: n is over largeBody and is held in the large share too.
 	large bool
 }
 
-func (h holding) release() {
-	h.l.buffered.Release(h.n)
-	if h.large {
-		h.l.large.Release(h.n)
-	}
+// drawChunk is the least a decoder draws at once, so that a usual review
+// takes the limiter's lock once or twice.
+const drawChunk = 64 << 10
+
+// Take grants a decoder at least n more bytes (jsonscan.Budget).
+func (b *budget) Take(n int64) (int64, error) {
+	n = max(n, drawChunk)
+	return n, b.take(n)
 }
 
-// hold takes n bytes of the budget, answering if it cannot: 413 when n is
-// more than any review may hold, 429 when others hold too much now.
-func (l *limiter) hold(w http.ResponseWriter, n int64) (holding, bool) {
-	if largeShare := l.limits.MaxBufferedBytes * 3 / 4; n > largeShare {
-		http.Error(w, fmt.Sprintf("decoding this review would hold %d MiB, more than any review may (3/4 of --%s=%d): it has too many JSON objects and arrays",
-			n>>20, FlagMaxBufferedBytes, l.limits.MaxBufferedBytes>>20), http.StatusRequestEntityTooLarge)
-		return holding{}, false
+// take holds n more bytes: a *limitError of 413 when that is more than any
+// review may hold, of 429 when others hold too much now.
+func (b *budget) take(n int64) error {
+	if b == nil {
+		return nil
 	}
-	h := holding{l: l, n: n, large: n > largeBody}
-	if h.large && !l.large.TryAcquire(n) {
-		refuse(w, fmt.Sprintf("large reviews already fill their share of %d MiB (--%s)", l.limits.MaxBufferedBytes>>20, FlagMaxBufferedBytes))
-		return holding{}, false
+	l, total := b.l, b.n+n
+	if largeShare := l.limits.MaxBufferedBytes * 3 / 4; total > largeShare {
+		return &limitError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf(
+			"decoding this review would hold more than %d MiB, more than any review may (3/4 of --%s=%d): it has too many JSON objects and arrays",
+			largeShare>>20, FlagMaxBufferedBytes, l.limits.MaxBufferedBytes>>20)}
+	}
+	// Past largeBody, all that the review holds is held in the large share too.
+	var fromLarge int64
+	if total > largeBody {
+		if fromLarge = n; !b.large {
+			fromLarge = total
+		}
+		if !l.large.TryAcquire(fromLarge) {
+			return &limitError{code: http.StatusTooManyRequests, msg: fmt.Sprintf(
+				"large reviews already fill their share of %d MiB (--%s)", l.limits.MaxBufferedBytes>>20, FlagMaxBufferedBytes)}
+		}
 	}
 	if !l.buffered.TryAcquire(n) {
-		if h.large {
-			l.large.Release(n)
+		if fromLarge > 0 {
+			l.large.Release(fromLarge)
 		}
-		refuse(w, fmt.Sprintf("reviews already fill %d MiB (--%s)", l.limits.MaxBufferedBytes>>20, FlagMaxBufferedBytes))
-		return holding{}, false
+		return &limitError{code: http.StatusTooManyRequests, msg: fmt.Sprintf(
+			"reviews already fill %d MiB (--%s)", l.limits.MaxBufferedBytes>>20, FlagMaxBufferedBytes)}
 	}
-	return h, true
+	b.n, b.large = total, total > largeBody
+	return nil
+}
+
+func (b *budget) release() {
+	b.l.buffered.Release(b.n)
+	if b.large {
+		b.l.large.Release(b.n)
+	}
+	b.n, b.large = 0, false
+}
+
+// limitError is a review refused at a limit.
+type limitError struct {
+	code int
+	msg  string
+}
+
+func (e *limitError) Error() string { return e.msg }
+
+// answerLimit answers err if it is a *limitError, and says whether it was.
+func answerLimit(w http.ResponseWriter, err error) bool {
+	e, ok := errors.AsType[*limitError](err)
+	switch {
+	case !ok:
+		return false
+	case e.code == http.StatusTooManyRequests:
+		refuse(w, e.msg)
+	default:
+		http.Error(w, e.msg, e.code)
+	}
+	return true
 }
 
 // refuse answers 429 and closes the connection, whose unread body the

@@ -51,9 +51,20 @@ type badRequest struct{ msg string }
 
 func (e *badRequest) Error() string { return e.msg }
 
-func decodePodReview(body []byte, r *podReview) error {
+// The pod view's costs, for the budget its decoding draws on: the most an
+// object or array it enters keeps (a label map made for 8 entries, about
+// 300 bytes), and for each member or element a list slot of up to 48
+// bytes, which a list that doubles as it grows allocates up to 4 times over
+// (or a map entry, less).
+var viewCosts = jsonscan.Costs{PerOpen: 512, PerValue: 192}
+
+// decodePodReview reads the review in body, drawing what it keeps from b.
+func decodePodReview(body []byte, r *podReview, b *budget) error {
 	var s jsonscan.Scanner
 	s.Reset(body)
+	if b != nil {
+		s.Bound(b, viewCosts)
+	}
 	var objectPending bool
 	if s.Object() {
 		for key, ok := s.Member(); ok; key, ok = s.Member() {
@@ -78,6 +89,9 @@ func decodePodReview(body []byte, r *podReview) error {
 	}
 	s.End()
 	if err := s.Err(); err != nil {
+		if _, ok := errors.AsType[*limitError](err); ok {
+			return err
+		}
 		if _, ok := errors.AsType[*jsonscan.SyntaxError](err); ok {
 			return &badRequest{"request body is not valid JSON: " + err.Error()}
 		}
@@ -97,7 +111,16 @@ func decodePodReview(body []byte, r *podReview) error {
 		return &badRequest{"this endpoint admits pods only, got kind " + strconv.Quote(req.Kind.Group+"/"+req.Kind.Kind)}
 	}
 	if objectPending {
-		if err := inject.DecodePodView(req.ObjectJSON, &req.Object); err != nil {
+		s.Reset(req.ObjectJSON)
+		if b != nil {
+			s.Bound(b, viewCosts)
+		}
+		req.Object.Read(&s)
+		s.End()
+		if err := s.Err(); err != nil {
+			if _, ok := errors.AsType[*limitError](err); ok {
+				return err
+			}
 			if typeErr, ok := errors.AsType[*jsonscan.TypeError](err); ok {
 				typeErr.Path = strings.TrimSuffix("request.object."+typeErr.Path, ".")
 			}

@@ -91,7 +91,7 @@ func answer(w http.ResponseWriter, rv *review, denial string, warnings ...string
 // ValidateSidecars judges a created or updated Sidecar, with no limits;
 // Server.Handler applies them.
 func (v *Validator) ValidateSidecars(w http.ResponseWriter, r *http.Request) {
-	serveReview(w, r, v.validateSidecars)
+	serveReview(w, r, prepaid(v.validateSidecars))
 }
 
 func (v *Validator) validateSidecars(w http.ResponseWriter, r *http.Request, in *[]byte) {
@@ -146,7 +146,7 @@ func (v *Validator) validateSidecars(w http.ResponseWriter, r *http.Request, in 
 // namespace turns validation off; with no limits, which Server.Handler
 // applies.
 func (v *Validator) ValidatePods(w http.ResponseWriter, r *http.Request) {
-	serveReview(w, r, v.validatePods)
+	serveReview(w, r, prepaid(v.validatePods))
 }
 
 func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]byte) {
