@@ -3,6 +3,7 @@ package inject
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -479,5 +480,24 @@ func TestInjectionDeniedForWhatVerificationCannotHold(t *testing.T) {
 				t.Fatalf("denial %q, want %q", res.Denial, tc.want)
 			}
 		})
+	}
+}
+
+// TestDigestMemoIsBounded: a tenant who varies what a Sidecar renders pod
+// by pod grows its memo to its bounds, never past them.
+func TestDigestMemoIsBounded(t *testing.T) {
+	var m digestMemo
+	r := &rendering{}
+	for i := range 3 * maxDigests {
+		m.put([]byte(fmt.Sprintf("%06d%s", i, strings.Repeat("x", 2<<10))), r)
+		if len(m.m) > maxDigests || m.bytes > maxDigestBytes {
+			t.Fatalf("after %d renderings the memo holds %d entries and %d bytes, past %d and %d", i+1, len(m.m), m.bytes, maxDigests, maxDigestBytes)
+		}
+	}
+	if got, ok := m.get([]byte(fmt.Sprintf("%06d%s", 3*maxDigests-1, strings.Repeat("x", 2<<10)))); !ok || got != r {
+		t.Error("the last rendering put is not remembered")
+	}
+	if _, ok := m.get([]byte("000000")); ok {
+		t.Error("a rendering never put is remembered")
 	}
 }

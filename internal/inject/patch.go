@@ -2,7 +2,6 @@ package inject
 
 import (
 	"bytes"
-	"crypto/sha256"
 	encjson "encoding/json"
 	"fmt"
 	"strconv"
@@ -383,7 +382,7 @@ type rendering = signing.Rendering
 // rendered is the rendering of what the selection injects, its templated
 // containers rendered for this pod. Reading the rendering back costs more
 // than the rest of an injection, and the pods of one workload render alike,
-// so renderings are remembered by a hash of the rendered JSON.
+// so renderings are remembered by the rendered JSON.
 func (s *selection) rendered() (*rendering, error) {
 	if s.sc.static != nil {
 		return s.sc.static, nil
@@ -397,8 +396,7 @@ func (s *selection) rendered() (*rendering, error) {
 			}
 		}
 	}
-	key := sha256.Sum256(raw)
-	if r, ok := s.sc.digests.get(key); ok {
+	if r, ok := s.sc.digests.get(raw); ok {
 		return r, nil
 	}
 	list := make([]signing.Content, 0, len(s.sc.containerNames))
@@ -418,7 +416,7 @@ func (s *selection) rendered() (*rendering, error) {
 		list = append(list, ct)
 	}
 	r := new(signing.Render(list, len(s.sc.initContainers), s.sc.appMounts))
-	s.sc.digests.put(key, r)
+	s.sc.digests.put(raw, r)
 	return r, nil
 }
 
@@ -439,26 +437,34 @@ func (s *selection) volumeDigest(r *rendering, podVolume func(string) (*corev1.V
 // digestMemo remembers recent renderings of one Sidecar.
 type digestMemo struct {
 	mu sync.Mutex
-	m  map[[sha256.Size]byte]*rendering
+	// m is keyed by the rendered JSON itself: a map hashes a string key
+	// faster than SHA-256 (a tenth of a review was that hash), and compares
+	// it whole, so no two renderings can share an entry.
+	m     map[string]*rendering
+	bytes int
 }
 
-// maxDigests bounds a memo: past it, the memo starts over.
-const maxDigests = 4096
+// A memo starts over past maxDigests entries or maxDigestBytes of keys.
+const (
+	maxDigests     = 4096
+	maxDigestBytes = 4 << 20
+)
 
-func (m *digestMemo) get(key [sha256.Size]byte) (*rendering, bool) {
+func (m *digestMemo) get(raw []byte) (*rendering, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	d, ok := m.m[key]
+	d, ok := m.m[string(raw)]
 	return d, ok
 }
 
-func (m *digestMemo) put(key [sha256.Size]byte, r *rendering) {
+func (m *digestMemo) put(raw []byte, r *rendering) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.m == nil || len(m.m) >= maxDigests {
-		m.m = make(map[[sha256.Size]byte]*rendering)
+	if m.m == nil || len(m.m) >= maxDigests || m.bytes+len(raw) > maxDigestBytes {
+		m.m, m.bytes = make(map[string]*rendering), 0
 	}
-	m.m[key] = r
+	m.m[string(raw)] = r
+	m.bytes += len(raw)
 }
 
 // appendContainer renders one container of the selection as JSON.
