@@ -61,14 +61,10 @@ type compiledSidecar struct {
 	appArmorKeys []string
 	// static is what the record says of the containers when no template is
 	// in them.
-	static  *rendering
-	digests digestMemo
-	// staticVolumeDigest is the record's volume digest when the containers
-	// are static and mount only the Sidecar's own volumes: the same for
-	// every pod.
-	staticVolumeDigest string
-	volumes            [][]byte
-	volumeNames        []string
+	static      *memoized
+	digests     digestMemo
+	volumes     [][]byte
+	volumeNames []string
 	// storedVolumes are the volumes as the apiserver stores them, in order.
 	storedVolumes []*corev1.Volume
 	appMounts     []corev1.VolumeMount
@@ -237,11 +233,14 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 			statics = append(statics, *rc.static)
 		}
 	}
-	if static {
-		c.static = new(signing.Render(statics, len(c.initContainers), c.appMounts))
-	}
-
 	errs = append(errs, c.compileVolumes(spec)...)
+	if static {
+		m, err := c.memoize(signing.Render(statics, len(c.initContainers), c.appMounts))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.static = &m
+	}
 	if c.podMetadata, err = compilePodMetadata(spec.PodMetadata, declared); err != nil {
 		errs = append(errs, err)
 	}
@@ -273,12 +272,6 @@ func (c *compiledSidecar) compileVolumes(spec *v1alpha1.SidecarSpec) (errs []err
 		c.volumes = append(c.volumes, raw)
 		c.volumeNames = append(c.volumeNames, v.Name)
 		c.storedVolumes = append(c.storedVolumes, signing.StoredVolume(v))
-	}
-	if c.static != nil && !slices.ContainsFunc(c.static.Mounted, func(name string) bool { return !c.hasVolume(name) }) {
-		var err error
-		if c.staticVolumeDigest, err = signing.VolumeDigest(c.static.Mounted, c.sidecarVolume); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	for i := range spec.AppVolumeMounts {
 		raw, err := encjson.Marshal(&spec.AppVolumeMounts[i])

@@ -907,7 +907,7 @@ func (s *selection) record(rec *v1alpha1.InjectionRecord, podVolume func(string)
 	if signer != nil {
 		signer.Sign(namespace, sa, s.sc.uid, rec)
 	}
-	return r, nil
+	return &r.rendering, nil
 }
 
 // appendStatus writes the status annotation's value for records.

@@ -487,7 +487,7 @@ func TestInjectionDeniedForWhatVerificationCannotHold(t *testing.T) {
 // by pod grows its memo to its bounds, never past them.
 func TestDigestMemoIsBounded(t *testing.T) {
 	var m digestMemo
-	r := &rendering{}
+	r := &memoized{}
 	for i := range 3 * maxDigests {
 		m.put([]byte(fmt.Sprintf("%06d%s", i, strings.Repeat("x", 2<<10))), r)
 		if len(m.m) > maxDigests || m.bytes > maxDigestBytes {
@@ -499,5 +499,37 @@ func TestDigestMemoIsBounded(t *testing.T) {
 	}
 	if _, ok := m.get([]byte("000000")); ok {
 		t.Error("a rendering never put is remembered")
+	}
+}
+
+// TestRememberedRenderingsSignEachPodsVolumes: pods of one rendering remember
+// its digests, but a container that mounts the pod's own volume signs that
+// pod's volume, whatever pod rendered alike before it.
+func TestRememberedRenderingsSignEachPodsVolumes(t *testing.T) {
+	sc := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "agent", UID: "u"}}
+	sc.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	sc.Spec.Parameters = []v1alpha1.Parameter{{Name: "tag", Annotation: "agent.example.com/tag", Default: new("1")}}
+	sc.Spec.Containers = []corev1.Container{{Name: "agent", Image: "agent:{{ .Parameters.tag }}",
+		VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}, {Name: "own", MountPath: "/own"}}}}
+	sc.Spec.Volumes = []corev1.Volume{{Name: "own", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	e := mustEngine(t, sc)
+	digests := map[string]bool{}
+	for _, cm := range []string{"a", "b", "a"} {
+		pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"app": "web"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}},
+				Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+					ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}}}}}
+		raw, err := json.Marshal(&pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, _ := checkBothPaths(t, e, raw, "shop") // each record verifies on its pod
+		if len(res.Injected) != 1 {
+			t.Fatalf("configMap %s: injected %v, denial %q", cm, res.Injected, res.Denial)
+		}
+		digests[res.Injected[0].VolumeDigest] = true
+	}
+	if len(digests) != 2 {
+		t.Errorf("pods mounting configMaps a, b and a signed %d volume digests, want 2", len(digests))
 	}
 }

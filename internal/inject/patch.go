@@ -4,6 +4,7 @@ import (
 	"bytes"
 	encjson "encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -380,10 +381,12 @@ func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
 type rendering = signing.Rendering
 
 // rendered is the rendering of what the selection injects, its templated
-// containers rendered for this pod. Reading the rendering back costs more
-// than the rest of an injection, and the pods of one workload render alike,
-// so renderings are remembered by the rendered JSON.
-func (s *selection) rendered() (*rendering, error) {
+// containers rendered for this pod, and its volume digest when that does
+// not depend on the pod (the containers mount only the Sidecar's volumes).
+// Reading the rendering back and hashing its volumes cost more than the
+// rest of an injection, and the pods of one workload render alike, so both
+// are remembered by the rendered JSON.
+func (s *selection) rendered() (*memoized, error) {
 	if s.sc.static != nil {
 		return s.sc.static, nil
 	}
@@ -396,8 +399,8 @@ func (s *selection) rendered() (*rendering, error) {
 			}
 		}
 	}
-	if r, ok := s.sc.digests.get(raw); ok {
-		return r, nil
+	if m, ok := s.sc.digests.get(raw); ok {
+		return m, nil
 	}
 	list := make([]signing.Content, 0, len(s.sc.containerNames))
 	dec := encjson.NewDecoder(bytes.NewReader(raw))
@@ -415,18 +418,39 @@ func (s *selection) rendered() (*rendering, error) {
 		}
 		list = append(list, ct)
 	}
-	r := new(signing.Render(list, len(s.sc.initContainers), s.sc.appMounts))
-	s.sc.digests.put(raw, r)
-	return r, nil
+	m, err := s.sc.memoize(signing.Render(list, len(s.sc.initContainers), s.sc.appMounts))
+	if err != nil {
+		return nil, err
+	}
+	s.sc.digests.put(raw, &m)
+	return &m, nil
+}
+
+// memoized is a rendering, with its volume digest when that is the same
+// for every pod ("" when the containers mount a pod's volume).
+type memoized struct {
+	rendering
+	volumeDigest string
+}
+
+// memoize is r, with its volume digest if it mounts only the Sidecar's volumes.
+func (c *compiledSidecar) memoize(r rendering) (memoized, error) {
+	m := memoized{rendering: r}
+	if slices.ContainsFunc(r.Mounted, func(name string) bool { return !c.hasVolume(name) }) {
+		return m, nil
+	}
+	var err error
+	m.volumeDigest, err = signing.VolumeDigest(r.Mounted, c.sidecarVolume)
+	return m, err
 }
 
 // volumeDigest is the digest of the volumes the rendered containers mount:
 // the Sidecar's, else the pod's of that name.
-func (s *selection) volumeDigest(r *rendering, podVolume func(string) (*corev1.Volume, error)) (string, error) {
-	if s.sc.staticVolumeDigest != "" {
-		return s.sc.staticVolumeDigest, nil
+func (s *selection) volumeDigest(m *memoized, podVolume func(string) (*corev1.Volume, error)) (string, error) {
+	if m.volumeDigest != "" {
+		return m.volumeDigest, nil
 	}
-	return signing.VolumeDigest(r.Mounted, func(name string) (*corev1.Volume, error) {
+	return signing.VolumeDigest(m.Mounted, func(name string) (*corev1.Volume, error) {
 		if s.sc.hasVolume(name) {
 			return s.sc.sidecarVolume(name)
 		}
@@ -434,13 +458,12 @@ func (s *selection) volumeDigest(r *rendering, podVolume func(string) (*corev1.V
 	})
 }
 
-// digestMemo remembers recent renderings of one Sidecar.
 type digestMemo struct {
 	mu sync.Mutex
 	// m is keyed by the rendered JSON itself: a map hashes a string key
 	// faster than SHA-256 (a tenth of a review was that hash), and compares
 	// it whole, so no two renderings can share an entry.
-	m     map[string]*rendering
+	m     map[string]*memoized
 	bytes int
 }
 
@@ -450,18 +473,18 @@ const (
 	maxDigestBytes = 4 << 20
 )
 
-func (m *digestMemo) get(raw []byte) (*rendering, bool) {
+func (m *digestMemo) get(raw []byte) (*memoized, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d, ok := m.m[string(raw)]
 	return d, ok
 }
 
-func (m *digestMemo) put(raw []byte, r *rendering) {
+func (m *digestMemo) put(raw []byte, r *memoized) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.m == nil || len(m.m) >= maxDigests || m.bytes+len(raw) > maxDigestBytes {
-		m.m, m.bytes = make(map[string]*rendering), 0
+		m.m, m.bytes = make(map[string]*memoized), 0
 	}
 	m.m[string(raw)] = r
 	m.bytes += len(raw)
