@@ -9,10 +9,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/go-json-experiment/json/jsontext"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
@@ -74,7 +74,7 @@ func escapePointer(s string) string {
 
 // appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
 func appendJSONString(dst []byte, s string) []byte {
-	out, err := jsontext.AppendQuote(dst, s)
+	out, err := jsonscan.AppendQuote(dst, s)
 	if err == nil {
 		return out
 	}

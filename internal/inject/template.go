@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
 )
 
 // The template language's limits. A template is checked against the first
@@ -554,14 +556,14 @@ func (t *stringTemplate) appendQuoted(dst []byte, data *renderData) ([]byte, err
 		if err := data.budget.take(w.b.Len()); err != nil {
 			return dst, err
 		}
-		return jsontext.AppendQuote(dst, w.b.String())
+		return jsonscan.AppendQuote(dst, w.b.String())
 	}
 	if len(t.parts) == 1 {
 		s := data.part(&t.parts[0])
 		if err := data.budget.take(len(s)); err != nil {
 			return dst, err
 		}
-		return jsontext.AppendQuote(dst, s)
+		return jsonscan.AppendQuote(dst, s)
 	}
 	n := 0
 	for i := range t.parts {
@@ -576,7 +578,7 @@ func (t *stringTemplate) appendQuoted(dst []byte, data *renderData) ([]byte, err
 	for i := range t.parts {
 		s = append(s, data.part(&t.parts[i])...)
 	}
-	return jsontext.AppendQuote(dst, s)
+	return jsonscan.AppendQuote(dst, s)
 }
 
 // render renders the template as a string, drawing on the pod's budget.

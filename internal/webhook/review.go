@@ -5,11 +5,8 @@ import (
 	encjson "encoding/json"
 	"errors"
 	"fmt"
-
 	"strconv"
 	"strings"
-
-	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
@@ -226,7 +223,7 @@ func (r *response) appendJSON(dst []byte) []byte {
 }
 
 func appendString(dst []byte, s string) []byte {
-	out, err := jsontext.AppendQuote(dst, s)
+	out, err := jsonscan.AppendQuote(dst, s)
 	if err == nil {
 		return out
 	}
