@@ -2,7 +2,8 @@
 // decoding the rest. It validates everything it passes over as strictly as
 // encoding/json, which the apiserver uses, and allocates only for the values
 // the caller asks for. The admission hot path uses it to read a pod's names,
-// labels and annotations out of a review of several kilobytes.
+// labels and annotations out of a review of several kilobytes, and its
+// lexer to quote the strings it writes back (AppendQuote).
 package jsonscan
 
 import (
