@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	kjson "sigs.k8s.io/json"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
 )
 
 // Inject injects into a typed Pod and returns the mutated Pod and the patch.
@@ -142,11 +144,22 @@ func InjectedSidecars(annotations map[string]string) []v1alpha1.InjectionRecord 
 // checks its size, so it is refused before it is decoded.
 const MaxStatusBytes = 64 << 10
 
+// MaxStatusRecords bounds the records in the status annotation, before it
+// is decoded: a record is at least about 300 bytes as the webhook writes it
+// (two digests and a signature), so 64 KiB holds fewer, but a record written
+// as "{}," is 3 bytes that decode to about 140 (64 KiB of them, 23 MiB).
+const MaxStatusRecords = 256
+
 // ParseStatus reads the status annotation's value.
 func ParseStatus(raw string) (v1alpha1.InjectionStatus, error) {
 	var status v1alpha1.InjectionStatus
 	if len(raw) > MaxStatusBytes {
 		return status, fmt.Errorf("%d bytes, more than the %d any the webhook writes", len(raw), MaxStatusBytes)
+	}
+	// A record is an object and its containers an array: the status object
+	// and its list hold at most two per record.
+	if n := jsonscan.Count(unsafe.Slice(unsafe.StringData(raw), len(raw))).Containers; n > 2+2*MaxStatusRecords {
+		return status, fmt.Errorf("%d JSON objects and arrays, more than the %d records any the webhook writes hold", n, MaxStatusRecords)
 	}
 	err := encjson.Unmarshal([]byte(raw), &status)
 	return status, err

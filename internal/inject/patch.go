@@ -467,10 +467,13 @@ type digestMemo struct {
 	bytes int
 }
 
-// A memo starts over past maxDigests entries or maxDigestBytes of keys.
+// A memo starts over past maxDigests entries or maxDigestBytes. An entry
+// holds memoCost times its key's length: the key, and the rendering's
+// strings (images, names) copied out of it.
 const (
 	maxDigests     = 4096
 	maxDigestBytes = 4 << 20
+	memoCost       = 3
 )
 
 func (m *digestMemo) get(raw []byte) (*memoized, bool) {
@@ -483,11 +486,11 @@ func (m *digestMemo) get(raw []byte) (*memoized, bool) {
 func (m *digestMemo) put(raw []byte, r *memoized) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.m == nil || len(m.m) >= maxDigests || m.bytes+len(raw) > maxDigestBytes {
+	if m.m == nil || len(m.m) >= maxDigests || m.bytes+memoCost*len(raw) > maxDigestBytes {
 		m.m, m.bytes = make(map[string]*memoized), 0
 	}
 	m.m[string(raw)] = r
-	m.bytes += len(raw)
+	m.bytes += memoCost * len(raw)
 }
 
 // appendContainer renders one container of the selection as JSON.

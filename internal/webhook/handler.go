@@ -198,18 +198,11 @@ func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte, b *
 	resp := response{apiVersion: review.APIVersion, uid: req.UID}
 	if req.Operation == "CREATE" && req.SubResource == "" {
 		deadline := time.Now().Add(reviewTimeout(r))
-		// The few pods whose spec the engine decodes in full pay for it first.
-		var overLimit error
-		podSpec := func() (*corev1.PodSpec, error) {
-			if overLimit = b.take(decodeCost(req.ObjectJSON)); overLimit != nil {
-				return nil, overLimit
-			}
-			return inject.PodSpecFromJSON(req.ObjectJSON)()
-		}
+		req.fullSpec.b = b
 		res, err := engine.InjectView(deadline, &req.Object, req.Namespace, m.NamespaceLabels, m.NamespaceAnnotation,
-			podSpec, signer, (*out)[:0])
-		if overLimit != nil {
-			answerLimit(w, overLimit)
+			req.fullSpec.decode, signer, (*out)[:0])
+		if req.fullSpec.overLimit != nil {
+			answerLimit(w, req.fullSpec.overLimit)
 			return
 		}
 		if err != nil {

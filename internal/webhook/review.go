@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
 )
@@ -35,6 +37,32 @@ type podRequest struct {
 	Object      inject.PodView
 	// ObjectJSON is the pod as sent, for the rare reads the view does not cover.
 	ObjectJSON []byte
+	fullSpec   fullSpec
+}
+
+// fullSpec is the pod's spec decoded in full, for the few pods whose spec
+// the engine reads beyond the view: paid for from the review's budget
+// first, and decoded once however often the engine asks.
+type fullSpec struct {
+	raw       []byte
+	b         *budget
+	spec      *corev1.PodSpec
+	err       error
+	done      bool
+	overLimit error
+}
+
+// decode is an inject.PodSpecFunc.
+func (f *fullSpec) decode() (*corev1.PodSpec, error) {
+	if !f.done {
+		f.done = true
+		if f.overLimit = f.b.take(fullDecodeCost(f.raw)); f.overLimit != nil {
+			f.err = f.overLimit
+		} else {
+			f.spec, f.err = inject.PodSpecFromJSON(f.raw)()
+		}
+	}
+	return f.spec, f.err
 }
 
 type groupVersionKind struct {
@@ -153,9 +181,11 @@ func (q *podRequest) read(s *jsonscan.Scanner) (pending bool) {
 				q.Object = inject.PodView{}
 				q.Object.Read(s)
 				q.ObjectJSON = s.Bytes(start, s.Offset())
+				q.fullSpec.raw = q.ObjectJSON
 				pending = false
 			} else {
 				q.ObjectJSON = s.Raw()
+				q.fullSpec.raw = q.ObjectJSON
 				pending = true
 			}
 		default:
