@@ -401,12 +401,19 @@ func pointerEscape(s string) string {
 // the metadata and the spec that differs, replacing it whole.
 func replacingPatch(before, after *corev1.Pod) ([]byte, error) {
 	fields := func(pod *corev1.Pod) (map[string]map[string]any, error) {
-		raw, err := json.Marshal(pod)
-		if err != nil {
-			return nil, err
+		m := map[string]map[string]any{}
+		for part, v := range map[string]any{"metadata": pod.ObjectMeta, "spec": pod.Spec} {
+			raw, err := json.Marshal(v)
+			if err != nil {
+				return nil, err
+			}
+			var fields map[string]any
+			if err := json.Unmarshal(raw, &fields); err != nil {
+				return nil, err
+			}
+			m[part] = fields
 		}
-		var m map[string]map[string]any
-		return m, json.Unmarshal(raw, &m)
+		return m, nil
 	}
 	b, err := fields(before)
 	if err != nil {

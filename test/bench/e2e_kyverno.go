@@ -141,19 +141,23 @@ func (k *kyvernoRun) inject(ctx context.Context, engine *inject.Engine, template
 	if err != nil {
 		return fmt.Errorf("creating the ClusterPolicy: %w; Kyverno's log: %s", err, k.tail())
 	}
+	wanted := fmt.Sprintf("containers %v, volumes %v", containerMounts(want), volumeNames(want))
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		probe := template.DeepCopy()
+		probe.Namespace = namespace
 		got, err := k.client.CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
-			last = err.Error()
+			if ctx.Err() == nil {
+				last = err.Error()
+			}
 			return false, nil
 		}
 		last = fmt.Sprintf("containers %v, volumes %v", containerMounts(got), volumeNames(got))
-		return last == fmt.Sprintf("containers %v, volumes %v", containerMounts(want), volumeNames(want)), nil
+		return last == wanted, nil
 	})
 	if err != nil {
-		return fmt.Errorf("a dry-run pod is not injected by the policy (last: %s): %w; Kyverno's log: %s", last, err, k.tail())
+		return fmt.Errorf("a dry-run pod is not injected by the policy: %w; want %s, last %s; Kyverno's log: %s", err, wanted, last, k.tail())
 	}
 	if err := k.reinvokedIfNeeded(ctx); err != nil {
 		return err
@@ -220,7 +224,9 @@ func kyvernoSidecarPolicy(before, after *corev1.Pod, namespace string) (*unstruc
 	return u, u.UnmarshalJSON(raw)
 }
 
-// containerMounts lists each container with the names of its mounts.
+// containerMounts lists each container with the names of its mounts,
+// sorted: Kyverno's strategic merge puts what it adds first, the injection
+// last.
 func containerMounts(pod *corev1.Pod) []string {
 	var out []string
 	for _, c := range pod.Spec.Containers {
@@ -228,16 +234,19 @@ func containerMounts(pod *corev1.Pod) []string {
 		for _, m := range c.VolumeMounts {
 			mounts = append(mounts, m.Name)
 		}
+		slices.Sort(mounts)
 		out = append(out, c.Name+"("+strings.Join(mounts, ",")+")")
 	}
 	return out
 }
 
+// volumeNames are the pod's volumes, sorted as containerMounts.
 func volumeNames(pod *corev1.Pod) []string {
 	var out []string
 	for _, v := range pod.Spec.Volumes {
 		out = append(out, v.Name)
 	}
+	slices.Sort(out)
 	return out
 }
 
