@@ -378,8 +378,20 @@ func runE2E(args []string) error {
 		}
 		order = append(order, c.name)
 	}
-	printAdmission(metricsAfter.since(metricsBefore), names, order, *pods, *pods*len(configs))
+	patched := 0
+	for _, c := range configs {
+		if c.patchedByWebhook() {
+			patched++
+		}
+	}
+	printAdmission(metricsAfter.since(metricsBefore), names, order, *pods, len(configs), patched)
 	return nil
+}
+
+// patchedByWebhook says whether a webhook answers the configuration's pods
+// with a patch, even one that changes nothing.
+func (c *e2eConfig) patchedByWebhook() bool {
+	return c.patch != "" || (c.leaves != shapePlain && (c.addr != "" || c.leaves == shapeKyverno))
 }
 
 // minimalPatch adds one annotation to a pod that has annotations.
