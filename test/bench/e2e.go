@@ -145,7 +145,7 @@ func runE2E(args []string) error {
 		return webhookFor(name, addr, caPEM)
 	}
 	ifNeeded := mutatingFor("ifneeded", injectAddr)
-	ifNeeded.Webhooks[0].ReinvocationPolicy = ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy)
+	ifNeeded.Webhooks[0].ReinvocationPolicy = new(admissionregistrationv1.IfNeededReinvocationPolicy)
 	unsent := mutatingFor("unsent", injectAddr)
 	unsent.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{
 		{Name: webhookconfig.PodsCondition, Expression: webhookconfig.PodsExpression(scs)}}
@@ -522,7 +522,9 @@ func benchSelector(config string) *metav1.LabelSelector {
 // Sidecars (reinvocationPolicy IfNeeded, its matchConditions, the validating
 // webhook for pods with a record), sent only the pods of the namespace of
 // the configuration "installed", and renamed after it.
-func installed(scs []v1alpha1.Sidecar, addr string, caPEM []byte) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration) {
+func installed(
+	scs []v1alpha1.Sidecar, addr string, caPEM []byte,
+) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration) {
 	const name = "installed"
 	target := webhookconfig.Target{URL: "https://" + addr}
 	mutating := webhookconfig.Mutating("bench-"+name, target, caPEM, admissionregistrationv1.Fail, webhookconfig.ScopeOf(scs, nil))

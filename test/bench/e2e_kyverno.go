@@ -57,7 +57,8 @@ func startKyverno(ctx context.Context, cfg *rest.Config, client kubernetes.Inter
 	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true, MaxTime: 2 * time.Minute}); err != nil {
 		return nil, err
 	}
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kyvernoHome}}, metav1.CreateOptions{}); err != nil {
+	home := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kyvernoHome}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, home, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
 	webhooks := fmt.Sprintf(`{"namespaceSelector":{"matchLabels":{%q:%q}}}`, e2eLabel, "kyverno")
@@ -228,7 +229,7 @@ func kyvernoSidecarPolicy(before, after *corev1.Pod, namespace string) (*unstruc
 // sorted: Kyverno's strategic merge puts what it adds first, the injection
 // last.
 func containerMounts(pod *corev1.Pod) []string {
-	var out []string
+	out := make([]string, 0, len(pod.Spec.Containers))
 	for _, c := range pod.Spec.Containers {
 		var mounts []string
 		for _, m := range c.VolumeMounts {
@@ -242,7 +243,7 @@ func containerMounts(pod *corev1.Pod) []string {
 
 // volumeNames are the pod's volumes, sorted as containerMounts.
 func volumeNames(pod *corev1.Pod) []string {
-	var out []string
+	out := make([]string, 0, len(pod.Spec.Volumes))
 	for _, v := range pod.Spec.Volumes {
 		out = append(out, v.Name)
 	}
