@@ -231,7 +231,7 @@ func kyvernoSidecarPolicy(before, after *corev1.Pod, namespace string) (*unstruc
 func containerMounts(pod *corev1.Pod) []string {
 	out := make([]string, 0, len(pod.Spec.Containers))
 	for _, c := range pod.Spec.Containers {
-		var mounts []string
+		mounts := make([]string, 0, len(c.VolumeMounts))
 		for _, m := range c.VolumeMounts {
 			mounts = append(mounts, m.Name)
 		}
