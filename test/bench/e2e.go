@@ -66,7 +66,9 @@ const (
 // apart from the webhook's: "noop" answers a patch that leaves the pod as it
 // is, "patch" a one-operation patch, "replay" the very patch the injection
 // webhook computes, "coarse" the same change in one replace per changed field;
-// "presized" is the pod as injection leaves it, created with no webhook. One
+// "presized" is the pod as injection leaves it, created with no webhook.
+// "inject" is the injection webhook alone, "ifneeded" the same reinvoked
+// IfNeeded, "installed" the webhooks as the operator installs them. One
 // namespace per configuration, each webhook selecting only its own, so the
 // configurations are interleaved create by create and share the machine's
 // noise. The apiserver's admission metrics, scraped before and after the
