@@ -127,7 +127,7 @@ bench: ## Engine benchmarks, then webhook throughput against a null handler and 
 	hack/bench.sh
 
 .PHONY: bench-e2e
-bench-e2e: control-plane ## Pod create latency on a local control plane: no webhook, null webhook, injection.
+bench-e2e: control-plane ## Pod create latency on a local control plane: no webhook, null webhooks answering chosen patches, injection, Kyverno if built; the apiserver's admission metrics.
 	hack/bench-e2e.sh
 
 .PHONY: bench-operator
