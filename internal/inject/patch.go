@@ -390,7 +390,15 @@ func (s *selection) rendered() (*memoized, error) {
 	if s.sc.static != nil {
 		return s.sc.static, nil
 	}
-	var raw []byte
+	// The rendering is read only here: the memo keeps a copy of its key.
+	buf := renderBufs.Get().(*[]byte)
+	defer renderBufs.Put(buf)
+	raw := (*buf)[:0]
+	defer func() {
+		if cap(raw) <= maxPooledRender { // keep what it grew to, within reason
+			*buf = raw[:0]
+		}
+	}()
 	for _, list := range [2][]renderedContainer{s.sc.initContainers, s.sc.containers} {
 		for _, c := range list {
 			var err error
@@ -457,6 +465,12 @@ func (s *selection) volumeDigest(m *memoized, podVolume func(string) (*corev1.Vo
 		return podVolume(name)
 	})
 }
+
+// renderBufs hold renderings while they are looked up in the memo; one
+// grown past maxPooledRender (a template renders up to 256 KiB) is let go.
+var renderBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+const maxPooledRender = 64 << 10
 
 type digestMemo struct {
 	mu sync.Mutex
