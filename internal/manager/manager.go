@@ -115,10 +115,14 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return nil
 	}
 	if opts.Component.Controls() {
-		if err := addFleetControllers(ctx, mgr, opts, keys, engines, keyChanges); err != nil {
+		pods, err := podcache.New(ctx, mgr.GetCache())
+		if err != nil {
 			return err
 		}
-		if err := addAdminAPI(mgr, opts); err != nil {
+		if err := addFleetControllers(mgr, opts, pods, keys, engines, keyChanges); err != nil {
+			return err
+		}
+		if err := addAdminAPI(mgr, opts, pods); err != nil {
 			return err
 		}
 		if err := publishCertificates(mgr, opts, log); err != nil {
@@ -229,18 +233,14 @@ func byName(name string) cache.ByObject {
 // addFleetControllers adds the controllers that follow the injected pods
 // across the cluster: RBAC, pull secrets and status.
 func addFleetControllers(
-	ctx context.Context,
 	mgr manager.Manager,
 	opts Options,
+	pods *podcache.Cache,
 	keys webhook.KeySource,
 	engines webhook.EngineSource,
 	keyChanges *signingkey.Changes,
 ) error {
 	gate, err := grants.NewGate(keys, engines, mgr.GetCache(), mgr.GetAPIReader(), opts.Namespace)
-	if err != nil {
-		return err
-	}
-	pods, err := podcache.New(ctx, mgr.GetCache())
 	if err != nil {
 		return err
 	}
@@ -288,12 +288,12 @@ func addFleetControllers(
 
 // addAdminAPI serves the inventory on the metrics port, only behind its
 // authentication and authorization.
-func addAdminAPI(mgr manager.Manager, opts Options) error {
+func addAdminAPI(mgr manager.Manager, opts Options, pods *podcache.Cache) error {
 	if !opts.MetricsSecure || opts.MetricsAddr == "0" || opts.MetricsAddr == "" {
 		return nil
 	}
 	admin := &inventory.Handlers{
-		Loader: &clusterstate.Loader{Reader: mgr.GetCache(), Live: mgr.GetAPIReader(), WebhookConfigName: opts.WebhookConfigName, Cached: true},
+		Loader: &clusterstate.Loader{Reader: mgr.GetCache(), Live: mgr.GetAPIReader(), WebhookConfigName: opts.WebhookConfigName, Pods: pods.Pods},
 		Live:   mgr.GetAPIReader(),
 	}
 	for path, h := range admin.Map() {

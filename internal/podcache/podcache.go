@@ -87,6 +87,25 @@ func (c *Cache) InjectedWith(sidecar string) (iter.Seq[*corev1.Pod], error) {
 	}, err
 }
 
+// Pods copies the cached pods of a namespace, of all for "", read-only: the
+// admin API reads them.
+func (c *Cache) Pods(namespace string) ([]corev1.Pod, error) {
+	objs := c.informer.GetStore().List()
+	if namespace != "" {
+		var err error
+		if objs, err = c.informer.GetIndexer().ByIndex(toolscache.NamespaceIndex, namespace); err != nil {
+			return nil, err
+		}
+	}
+	pods := make([]corev1.Pod, 0, len(objs))
+	for _, obj := range objs {
+		if pod, ok := AsPod(obj); ok {
+			pods = append(pods, *pod)
+		}
+	}
+	return pods, nil
+}
+
 // AsPod is a pod as the cache or an event holds it, as a corev1.Pod: a
 // cached Pod is read into a new one, which its reader may keep.
 func AsPod(obj any) (*corev1.Pod, bool) {

@@ -187,7 +187,8 @@ func TestSlimPodsShareEqualLabels(t *testing.T) {
 // The informer keeps Pods, not corev1.Pods; its readers see corev1.Pods.
 func TestCacheReadsSlimPodsAsPods(t *testing.T) {
 	source := fcache.NewFakeControllerSource()
-	informer := toolscache.NewSharedIndexInformer(source, &corev1.Pod{}, 0, toolscache.Indexers{})
+	// As controller-runtime makes it.
+	informer := toolscache.NewSharedIndexInformer(source, &corev1.Pod{}, 0, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
 	if err := informer.SetTransform(Slim); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestCacheReadsSlimPodsAsPods(t *testing.T) {
 	status := `{"sidecars":[{"name":"log","revision":"r","containers":["log"]}]}`
 	source.Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "injected", Namespace: "ns", Annotations: map[string]string{v1alpha1.AnnotationStatus: status}},
 		Spec: corev1.PodSpec{ServiceAccountName: "sa", Containers: []corev1.Container{{Name: "app", Image: "app"}, {Name: "log", Image: "log:1"}}}})
-	source.Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "ns"}})
+	source.Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "other"}})
 	ctx := t.Context()
 	go informer.RunWithContext(ctx)
 	if !toolscache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
@@ -225,5 +226,12 @@ func TestCacheReadsSlimPodsAsPods(t *testing.T) {
 	if !slices.Equal(all, []string{"injected", "plain"}) || len(injected) != 1 || injected[0].Name != "injected" ||
 		injected[0].Spec.ServiceAccountName != "sa" || injected[0].Spec.Containers[1].Image != "log:1" {
 		t.Errorf("all %v, injected with log %+v", all, injected)
+	}
+	inNamespace, err := c.Pods("other")
+	if err != nil || len(inNamespace) != 1 || inNamespace[0].Name != "plain" {
+		t.Errorf("pods in other: %+v, %v", inNamespace, err)
+	}
+	if everywhere, err := c.Pods(""); err != nil || len(everywhere) != 2 {
+		t.Errorf("all pods: %+v, %v", everywhere, err)
 	}
 }
