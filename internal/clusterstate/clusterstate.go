@@ -36,9 +36,10 @@ type Loader struct {
 	// PageSize pages pod lists from the apiserver; 0 lists at once, as a
 	// cache needs.
 	PageSize int64
-	// Cached says Reader is a cache: pods are read without a copy, and must
-	// not be changed.
-	Cached bool
+	// Pods, when set, reads the pods of a namespace (all of them for "")
+	// instead of Reader: the operator's pod cache, which keeps no
+	// corev1.Pods. They share what they hold with the cache: read-only.
+	Pods func(namespace string) ([]corev1.Pod, error)
 	// OperatorNamespace, when set, is where the Sidecars' revisions are
 	// kept: the engine then serves the revisions their rollouts hold, as
 	// the webhook does.
@@ -111,6 +112,10 @@ func (l *Loader) Load(ctx context.Context, namespace string, withPods bool) (*Sn
 	if !withPods {
 		return s, nil
 	}
+	if l.Pods != nil {
+		s.Pods, err = l.Pods(namespace)
+		return s, err
+	}
 
 	var opts []client.ListOption
 	if namespace != "" {
@@ -119,9 +124,6 @@ func (l *Loader) Load(ctx context.Context, namespace string, withPods bool) (*Sn
 	for page := ""; ; {
 		var pods corev1.PodList
 		pageOpts := slices.Clone(opts)
-		if l.Cached {
-			pageOpts = append(pageOpts, client.UnsafeDisableDeepCopy)
-		}
 		if l.PageSize > 0 {
 			pageOpts = append(pageOpts, client.Limit(l.PageSize), client.Continue(page))
 		}

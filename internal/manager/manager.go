@@ -115,10 +115,14 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return nil
 	}
 	if opts.Component.Controls() {
-		if err := addFleetControllers(ctx, mgr, opts, keys, engines, keyChanges); err != nil {
+		pods, err := podcache.New(ctx, mgr.GetCache())
+		if err != nil {
 			return err
 		}
-		if err := addAdminAPI(mgr, opts); err != nil {
+		if err := addFleetControllers(mgr, opts, pods, keys, engines, keyChanges); err != nil {
+			return err
+		}
+		if err := addAdminAPI(mgr, opts, pods); err != nil {
 			return err
 		}
 		if err := publishCertificates(mgr, opts, log); err != nil {
@@ -190,27 +194,32 @@ func managerOptions(opts Options) ctrl.Options {
 		LeaseDuration:                 nonZero(opts.LeaseDuration),
 		RenewDeadline:                 nonZero(opts.RenewDeadline),
 		RetryPeriod:                   nonZero(opts.RetryPeriod),
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Namespace labels are read on the hot path: no copy per read.
-			namespaces.Meta(): {UnsafeDisableDeepCopy: new(true)},
-			// Pods are the cost centre: keep only what is read.
-			&corev1.Pod{}: {Transform: podcache.Slim},
-			// Only the objects the operator owns.
-			&rbacv1.ClusterRole{}:        {Label: managedSelector},
-			&rbacv1.ClusterRoleBinding{}: {Label: managedSelector},
-			&rbacv1.RoleBinding{}:        {Label: managedSelector},
-			// The signing key and the certificate: the operator reads no
-			// Secret of another namespace. Metadata only, slimmed.
-			secrets.Meta(): {Label: managedSelector, Transform: secrets.Slim, Namespaces: map[string]cache.Config{opts.Namespace: {}}},
-			// The Sidecars' revisions, kept in the operator's namespace.
-			&appsv1.ControllerRevision{}: {Label: managedSelector, Namespaces: map[string]cache.Config{opts.Namespace: {}}},
-			// The operator's own configurations and policy, by name, so that
-			// RBAC can grant their list and watch by resourceNames.
-			&admissionv1.MutatingWebhookConfiguration{}:     byName(opts.WebhookConfigName),
-			&admissionv1.ValidatingWebhookConfiguration{}:   byName(opts.ValidatingConfigName),
-			&admissionv1.ValidatingAdmissionPolicy{}:        byName(webhookconfig.AuthorPolicyName),
-			&admissionv1.ValidatingAdmissionPolicyBinding{}: byName(webhookconfig.AuthorPolicyName),
-		}},
+		Cache: cache.Options{
+			// No controller reads managedFields, and a cached object's
+			// updates leave them as they are: at 10,000 namespaces their
+			// RoleBindings' and metadata's managedFields are about 10 MB.
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				// Namespace labels are read on the hot path: no copy per read.
+				namespaces.Meta(): {UnsafeDisableDeepCopy: new(true)},
+				// Pods are the cost centre: keep only what is read.
+				&corev1.Pod{}: {Transform: podcache.Slim},
+				// Only the objects the operator owns.
+				&rbacv1.ClusterRole{}:        {Label: managedSelector},
+				&rbacv1.ClusterRoleBinding{}: {Label: managedSelector},
+				&rbacv1.RoleBinding{}:        {Label: managedSelector},
+				// The signing key and the certificate: the operator reads no
+				// Secret of another namespace. Metadata only, slimmed.
+				secrets.Meta(): {Label: managedSelector, Transform: secrets.Slim, Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+				// The Sidecars' revisions, kept in the operator's namespace.
+				&appsv1.ControllerRevision{}: {Label: managedSelector, Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+				// The operator's own configurations and policy, by name, so that
+				// RBAC can grant their list and watch by resourceNames.
+				&admissionv1.MutatingWebhookConfiguration{}:     byName(opts.WebhookConfigName),
+				&admissionv1.ValidatingWebhookConfiguration{}:   byName(opts.ValidatingConfigName),
+				&admissionv1.ValidatingAdmissionPolicy{}:        byName(webhookconfig.AuthorPolicyName),
+				&admissionv1.ValidatingAdmissionPolicyBinding{}: byName(webhookconfig.AuthorPolicyName),
+			}},
 		// A Secret read through the client goes to the apiserver: never an
 		// informer that would cache every labelled Secret in full.
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
@@ -224,18 +233,14 @@ func byName(name string) cache.ByObject {
 // addFleetControllers adds the controllers that follow the injected pods
 // across the cluster: RBAC, pull secrets and status.
 func addFleetControllers(
-	ctx context.Context,
 	mgr manager.Manager,
 	opts Options,
+	pods *podcache.Cache,
 	keys webhook.KeySource,
 	engines webhook.EngineSource,
 	keyChanges *signingkey.Changes,
 ) error {
 	gate, err := grants.NewGate(keys, engines, mgr.GetCache(), mgr.GetAPIReader(), opts.Namespace)
-	if err != nil {
-		return err
-	}
-	pods, err := podcache.New(ctx, mgr.GetCache())
 	if err != nil {
 		return err
 	}
@@ -283,12 +288,12 @@ func addFleetControllers(
 
 // addAdminAPI serves the inventory on the metrics port, only behind its
 // authentication and authorization.
-func addAdminAPI(mgr manager.Manager, opts Options) error {
+func addAdminAPI(mgr manager.Manager, opts Options, pods *podcache.Cache) error {
 	if !opts.MetricsSecure || opts.MetricsAddr == "0" || opts.MetricsAddr == "" {
 		return nil
 	}
 	admin := &inventory.Handlers{
-		Loader: &clusterstate.Loader{Reader: mgr.GetCache(), Live: mgr.GetAPIReader(), WebhookConfigName: opts.WebhookConfigName, Cached: true},
+		Loader: &clusterstate.Loader{Reader: mgr.GetCache(), Live: mgr.GetAPIReader(), WebhookConfigName: opts.WebhookConfigName, Pods: pods.Pods},
 		Live:   mgr.GetAPIReader(),
 	}
 	for path, h := range admin.Map() {

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	fcache "k8s.io/client-go/tools/cache/testing"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
@@ -46,7 +48,7 @@ func TestSlimPodKeepsWhatTheEngineReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		slim := obj.(*corev1.Pod)
+		slim := obj.(*Pod).Pod()
 		if got, want := engine.Pending(slim, inject.DefaultNamespaceLabels), engine.Pending(pod, inject.DefaultNamespaceLabels); !slices.Equal(got, want) {
 			t.Errorf("mount %s: pending on the slim pod %v, on the full pod %v", mountPath, got, want)
 		}
@@ -55,8 +57,14 @@ func TestSlimPodKeepsWhatTheEngineReads(t *testing.T) {
 			t.Errorf("slim pod %+v", slim)
 		}
 		// The watch list transforms each pod twice.
-		if again, _ := Slim(slim.DeepCopy()); !equality.Semantic.DeepEqual(again, slim) {
+		if again, _ := Slim(obj); again != obj {
 			t.Errorf("slimming again changed the pod: %+v", again)
+		}
+		if again, _ := Slim(slim.DeepCopy()); !equality.Semantic.DeepEqual(again.(*Pod).Pod(), slim) {
+			t.Errorf("slimming the slim pod changed it: %+v", again)
+		}
+		if cp := obj.(*Pod).DeepCopyObject().(*Pod); !equality.Semantic.DeepEqual(cp, obj) || &cp.Containers[0] == &obj.(*Pod).Containers[0] {
+			t.Errorf("deep copy %+v", cp)
 		}
 	}
 }
@@ -111,7 +119,7 @@ func TestSlimPodVerifiesAsThePod(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := inject.InjectedSidecars(full.Annotations)[0]
-		want, got := engine.Verify(ring, full, &rec), engine.Verify(ring, obj.(*corev1.Pod), &rec)
+		want, got := engine.Verify(ring, full, &rec), engine.Verify(ring, obj.(*Pod).Pod(), &rec)
 		if (want == nil) != (got == nil) || (name == "as injected") != (want == nil) {
 			t.Errorf("%s: on the pod %v, on the slim pod %v", name, want, got)
 		}
@@ -134,7 +142,7 @@ func TestSlimPodsShareEqualContainers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return obj.(*corev1.Pod)
+		return obj.(*Pod).Pod()
 	}
 	a, b, c := slim(pod("a", "log:1")), slim(pod("b", "log:1")), slim(pod("c", "log:2"))
 	if &a.Spec.Containers[0] != &b.Spec.Containers[0] {
@@ -158,7 +166,7 @@ func TestSlimPodsShareEqualLabels(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return obj.(*corev1.Pod)
+		return obj.(*Pod).Pod()
 	}
 	given := map[string]string{"app": "x", "pod-template-hash": "1"}
 	a, b := pod(given), pod(map[string]string{"pod-template-hash": "1", "app": "x"})
@@ -173,5 +181,57 @@ func TestSlimPodsShareEqualLabels(t *testing.T) {
 	given["app"] = "changed" // the shared map is a copy: the pod the apiserver sent is not it
 	if a.Labels["app"] != "x" {
 		t.Error("the shared map is the one the pod came with")
+	}
+}
+
+// The informer keeps Pods, not corev1.Pods; its readers see corev1.Pods.
+func TestCacheReadsSlimPodsAsPods(t *testing.T) {
+	source := fcache.NewFakeControllerSource()
+	// As controller-runtime makes it.
+	informer := toolscache.NewSharedIndexInformer(source, &corev1.Pod{}, 0, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
+	if err := informer.SetTransform(Slim); err != nil {
+		t.Fatal(err)
+	}
+	if err := informer.AddIndexers(toolscache.Indexers{IndexInjectedSidecars: func(obj any) ([]string, error) {
+		return InjectedSidecarNames(obj.(*Pod)), nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	status := `{"sidecars":[{"name":"log","revision":"r","containers":["log"]}]}`
+	source.Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "injected", Namespace: "ns", Annotations: map[string]string{v1alpha1.AnnotationStatus: status}},
+		Spec: corev1.PodSpec{ServiceAccountName: "sa", Containers: []corev1.Container{{Name: "app", Image: "app"}, {Name: "log", Image: "log:1"}}}})
+	source.Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "other"}})
+	ctx := t.Context()
+	go informer.RunWithContext(ctx)
+	if !toolscache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("not synced")
+	}
+	if _, ok := informer.GetStore().List()[0].(*Pod); !ok {
+		t.Fatalf("the cache holds a %T", informer.GetStore().List()[0])
+	}
+	c := &Cache{informer: informer}
+	var all []string
+	for pod := range c.All {
+		all = append(all, pod.Name)
+	}
+	slices.Sort(all)
+	pods, err := c.InjectedWith("log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var injected []*corev1.Pod
+	for pod := range pods {
+		injected = append(injected, pod)
+	}
+	if !slices.Equal(all, []string{"injected", "plain"}) || len(injected) != 1 || injected[0].Name != "injected" ||
+		injected[0].Spec.ServiceAccountName != "sa" || injected[0].Spec.Containers[1].Image != "log:1" {
+		t.Errorf("all %v, injected with log %+v", all, injected)
+	}
+	inNamespace, err := c.Pods("other")
+	if err != nil || len(inNamespace) != 1 || inNamespace[0].Name != "plain" {
+		t.Errorf("pods in other: %+v, %v", inNamespace, err)
+	}
+	if everywhere, err := c.Pods(""); err != nil || len(everywhere) != 2 {
+		t.Errorf("all pods: %+v, %v", everywhere, err)
 	}
 }

@@ -6,6 +6,7 @@ package controllertest
 import (
 	"bytes"
 	"context"
+	"iter"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
 	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
@@ -100,13 +102,9 @@ func FakeCluster(objs ...client.Object) client.WithWatch {
 
 // ListedPods stands in for the informer's index with the fake client's.
 func ListedPods(c client.Reader) podcache.InjectedWith {
-	return func(sidecar string) ([]*corev1.Pod, error) {
+	return func(sidecar string) (iter.Seq[*corev1.Pod], error) {
 		var list corev1.PodList
 		err := c.List(context.Background(), &list, client.MatchingFields{podcache.IndexInjectedSidecars: sidecar})
-		pods := make([]*corev1.Pod, len(list.Items))
-		for i := range list.Items {
-			pods[i] = &list.Items[i]
-		}
-		return pods, err
+		return fleet.Each(list.Items), err
 	}
 }

@@ -151,7 +151,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		for _, pod := range pods {
+		for pod := range pods {
 			if pod.Namespace != ref.Namespace && view.Grants(ctx, pod, sc.Name) {
 				want[types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}] = *ref
 			}

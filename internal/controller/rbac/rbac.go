@@ -176,7 +176,7 @@ func (r *Reconciler) sync(ctx context.Context, view *grants.View, sc *v1alpha1.S
 		return err
 	}
 	byNamespace := map[string]map[string]bool{} // namespace -> ServiceAccounts
-	for _, pod := range pods {
+	for pod := range pods {
 		if !view.Grants(ctx, pod, sc.Name) {
 			continue
 		}

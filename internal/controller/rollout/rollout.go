@@ -39,6 +39,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/grants"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
+	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 	"github.com/sidecar-operator/sidecar-operator/internal/workload"
 )
@@ -154,8 +155,8 @@ func podChanged() predicate.Predicate {
 // containers run or whether they are ready: each may free a slot.
 func sidecarsReadyChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*corev1.Pod)
-		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		o, ok1 := podcache.AsPod(e.ObjectOld)
+		n, ok2 := podcache.AsPod(e.ObjectNew)
 		return !ok1 || !ok2 || fmt.Sprint(readiness(o)) != fmt.Sprint(readiness(n))
 	}}
 }

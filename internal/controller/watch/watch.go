@@ -63,8 +63,8 @@ func ServedChanged() predicate.Predicate {
 func InjectionChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
-			oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
-			newPod, ok2 := e.ObjectNew.(*corev1.Pod)
+			oldPod, ok1 := podcache.AsPod(e.ObjectOld)
+			newPod, ok2 := podcache.AsPod(e.ObjectNew)
 			return !ok1 || !ok2 || oldPod.Annotations[v1alpha1.AnnotationStatus] != newPod.Annotations[v1alpha1.AnnotationStatus] ||
 				fleet.Finished(oldPod) != fleet.Finished(newPod) ||
 				!sameImages(oldPod.Spec.Containers, newPod.Spec.Containers) || !sameImages(oldPod.Spec.InitContainers, newPod.Spec.InitContainers)

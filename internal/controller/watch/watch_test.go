@@ -9,13 +9,14 @@ import (
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/namespaces"
+	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
 )
 
 // Pod updates that can change a grant reach the grant controllers; the
 // status churn of running pods does not.
 func TestInjectionChanged(t *testing.T) {
 	base := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.AnnotationStatus: `{"sidecars":[{"name":"agent"}]}`}},
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.AnnotationStatus: `{"sidecars":[{"name":"agent","containers":["native","agent"]}]}`}},
 		Spec: corev1.PodSpec{
 			InitContainers: []corev1.Container{{Name: "native", Image: "native:1"}},
 			Containers:     []corev1.Container{{Name: "app", Image: "app:1"}, {Name: "agent", Image: "agent:1"}},
@@ -39,6 +40,12 @@ func TestInjectionChanged(t *testing.T) {
 			tc.change(changed)
 			if got := InjectionChanged().Update(event.UpdateEvent{ObjectOld: base, ObjectNew: changed}); got != tc.passes {
 				t.Errorf("passes = %v, want %v", got, tc.passes)
+			}
+			// As the pod cache holds them.
+			cachedOld, _ := podcache.Slim(base.DeepCopy())
+			cachedNew, _ := podcache.Slim(changed)
+			if got := InjectionChanged().Update(event.UpdateEvent{ObjectOld: cachedOld.(*podcache.Pod), ObjectNew: cachedNew.(*podcache.Pod)}); got != tc.passes {
+				t.Errorf("cached: passes = %v, want %v", got, tc.passes)
 			}
 		})
 	}
