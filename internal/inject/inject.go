@@ -12,6 +12,7 @@ import (
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 // Inject injects into a typed Pod and returns the mutated Pod and the patch.
@@ -144,10 +145,11 @@ func InjectedSidecars(annotations map[string]string) []v1alpha1.InjectionRecord 
 // checks its size, so it is refused before it is decoded.
 const MaxStatusBytes = 64 << 10
 
-// MaxStatusRecords bounds the records in the status annotation, before it
-// is decoded: a record is at least about 300 bytes as the webhook writes it
-// (two digests and a signature), so 64 KiB holds fewer, but a record written
-// as "{}," is 3 bytes that decode to about 140 (64 KiB of them, 23 MiB).
+// MaxStatusRecords bounds the records in the status annotation, checked
+// before it is decoded: a record is at least about 300 bytes as the webhook
+// writes it (two digests and a signature), so 64 KiB holds fewer, but a
+// record written as "{}," is 3 bytes that decode to about 140 (64 KiB of
+// them, 23 MiB).
 const MaxStatusRecords = 256
 
 // ParseStatus reads the status annotation's value.
@@ -156,13 +158,101 @@ func ParseStatus(raw string) (v1alpha1.InjectionStatus, error) {
 	if len(raw) > MaxStatusBytes {
 		return status, fmt.Errorf("%d bytes, more than the %d any the webhook writes", len(raw), MaxStatusBytes)
 	}
-	// A record is an object and its containers an array: the status object
-	// and its list hold at most two per record.
-	if n := jsonscan.Count(unsafe.Slice(unsafe.StringData(raw), len(raw))).Containers; n > 2+2*MaxStatusRecords {
-		return status, fmt.Errorf("%d JSON objects and arrays, more than the %d records any the webhook writes hold", n, MaxStatusRecords)
+	if err := checkStatusShape(unsafe.Slice(unsafe.StringData(raw), len(raw))); err != nil {
+		return status, err
 	}
 	err := encjson.Unmarshal([]byte(raw), &status)
 	return status, err
+}
+
+// checkStatusShape refuses, before encoding/json decodes it, a status that
+// it would refuse too but only after allocating for every element (a
+// type error each: 64 KiB of numbers as container names cost 5 MiB), or
+// that holds more records, or names in a record, than the webhook writes.
+// Names match fields as encoding/json matches them, case-insensitively.
+func checkStatusShape(raw []byte) error {
+	var s jsonscan.Scanner
+	s.Reset(raw)
+	records := 0
+	if s.Object() {
+		for key, ok := s.Member(); ok; key, ok = s.Member() {
+			if !strings.EqualFold(string(key), "sidecars") || !s.Array() {
+				s.Skip()
+				continue
+			}
+			for s.Element() {
+				if records++; records > MaxStatusRecords {
+					return fmt.Errorf("more than the %d records any the webhook writes", MaxStatusRecords)
+				}
+				if err := checkRecordShape(&s); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	s.End()
+	return s.Err()
+}
+
+func checkRecordShape(s *jsonscan.Scanner) error {
+	if !s.Object() {
+		return nil
+	}
+	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		field := recordField(key)
+		if field != recordContainers {
+			if field != "" {
+				if err := checkPlainString(s.Raw(), field); err != nil {
+					return err
+				}
+			} else {
+				s.Skip()
+			}
+			continue
+		}
+		n := 0
+		for ok := s.Array(); ok && s.Element(); {
+			if n++; n > signing.MaxRecordContainers {
+				return fmt.Errorf("a record names more than the %d containers a Sidecar may inject", signing.MaxRecordContainers)
+			}
+			if err := checkPlainString(s.Raw(), field); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkPlainString accepts null or a string of printable ASCII without
+// escapes, which is all the webhook writes in a record: names, hex and
+// base64url. Others would cost encoding/json up to 11 times their length.
+func checkPlainString(raw []byte, field string) error {
+	if raw == nil || string(raw) == "null" {
+		return nil // nil: the scanner holds the error
+	}
+	if raw[0] != '"' {
+		return fmt.Errorf("a record's %s is not a string", field)
+	}
+	for _, c := range raw[1 : len(raw)-1] {
+		if c < 0x20 || c > 0x7e || c == '\\' {
+			return fmt.Errorf("a record's %s has a byte the webhook never writes (%#x)", field, c)
+		}
+	}
+	return nil
+}
+
+// recordContainers is the record's one field that is not a string.
+const recordContainers = "containers"
+
+// recordField is the field of an InjectionRecord that a member name
+// decodes into, matched as encoding/json matches it ("" for none).
+func recordField(key []byte) string {
+	for _, f := range [...]string{"name", "revision", recordContainers, "digest", "volumeDigest", "owned", "signature"} {
+		if strings.EqualFold(string(key), f) {
+			return f
+		}
+	}
+	return ""
 }
 
 // podVolume looks up a pod's volumes by name.

@@ -42,12 +42,22 @@ func (s *Scanner) find(offset, depth int, segments *[]string) bool {
 	switch c {
 	case '{':
 		s.Object()
-		for at := s.pos; ; at = s.pos {
-			if _, ok := s.Member(); !ok {
-				break
+		for s.next('}') {
+			// The name is skipped, not decoded: only the path's are read.
+			at := ws(s.data, s.pos)
+			if at >= len(s.data) || s.data[at] != '"' {
+				return false
 			}
+			end, err := skipString(s.data, at)
+			if err != nil {
+				return false
+			}
+			if s.pos = ws(s.data, end); s.pos >= len(s.data) || s.data[s.pos] != ':' {
+				return false
+			}
+			s.pos++
 			if s.find(offset, depth+1, segments) {
-				s.segment(depth, segments, func() string { return keySegment(s.keyAt(at)) })
+				s.segment(depth, segments, func() string { return keySegment(keyAt(s.data, at)) })
 				return true
 			}
 		}
@@ -76,17 +86,38 @@ func (s *Scanner) segment(depth int, segments *[]string, name func() string) {
 	}
 }
 
-// keyAt reads again the member name after at, where Member started: the
-// name it returned is gone once the walk went on.
-func (s *Scanner) keyAt(at int) string {
-	i := ws(s.data, at)
-	if i < len(s.data) && s.data[i] == ',' {
-		i = ws(s.data, i+1)
+// keyAt decodes at most the first maxKeyInPath bytes' worth of the member
+// name whose quote is at at: a name may be megabytes of escapes.
+func keyAt(d []byte, at int) string {
+	end, _, _, err := scanString(d, at)
+	if err != nil {
+		return ""
 	}
-	k := Scanner{data: s.data, pos: i}
-	key := k.string()
+	raw, cut := d[at+1:end], false
+	if limit := 6 * maxKeyInPath; len(raw) > limit {
+		raw, cut = raw[:limit], true
+		// Not inside an escape: walk the escapes from the start.
+		for i := 0; i < len(raw); i++ {
+			if raw[i] != '\\' {
+				continue
+			}
+			n := 2
+			if i+1 < len(raw) && raw[i+1] == 'u' {
+				n = 6
+			}
+			if i+n > len(raw) {
+				raw = raw[:i]
+				break
+			}
+			i += n - 1
+		}
+	}
+	key := unquote(nil, raw)
 	if len(key) > maxKeyInPath {
-		return string(key[:maxKeyInPath]) + "…"
+		key, cut = key[:maxKeyInPath], true
+	}
+	if cut {
+		return string(key) + "…"
 	}
 	return string(key)
 }

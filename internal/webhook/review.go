@@ -5,6 +5,7 @@ import (
 	encjson "encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -52,10 +53,46 @@ type fullSpec struct {
 	overLimit error
 }
 
+// podLists are the lists of a pod's spec whose elements decode to a whole
+// struct each, however short they are written.
+var podLists = [...]string{"containers", "initContainers", "ephemeralContainers", "volumes"}
+
+// listsOfObjects refuses a pod whose container or volume lists hold
+// anything but objects: the apiserver never sends one (it sends the pod it
+// decoded), and "containers":[null,null,...] would decode to 1.6 KiB an
+// element of 5 bytes.
+func listsOfObjects(pod []byte) error {
+	var s jsonscan.Scanner
+	s.Reset(pod)
+	if s.Object() {
+		for key, ok := s.Member(); ok; key, ok = s.Member() {
+			if string(key) != "spec" || !s.Object() {
+				s.Skip()
+				continue
+			}
+			for key, ok := s.Member(); ok; key, ok = s.Member() {
+				if !slices.Contains(podLists[:], string(key)) || !s.Array() {
+					s.Skip()
+					continue
+				}
+				for i := 0; s.Element(); i++ {
+					if raw := s.Raw(); len(raw) > 0 && raw[0] != '{' {
+						return fmt.Errorf("spec.%s[%d] is not an object", key, i)
+					}
+				}
+			}
+		}
+	}
+	return s.Err()
+}
+
 // decode is an inject.PodSpecFunc.
 func (f *fullSpec) decode() (*corev1.PodSpec, error) {
 	if !f.done {
 		f.done = true
+		if f.err = listsOfObjects(f.raw); f.err != nil {
+			return nil, f.err
+		}
 		if f.overLimit = f.b.take(fullDecodeCost(f.raw)); f.overLimit != nil {
 			f.err = f.overLimit
 		} else {
