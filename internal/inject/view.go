@@ -1,8 +1,6 @@
 package inject
 
 import (
-	"slices"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -264,7 +262,9 @@ func readList[T any](s *jsonscan.Scanner, dst []T, read func(*jsonscan.Scanner, 
 			if n == cap(dst) {
 				// Doubling, where append grows a long list by a quarter: a
 				// hostile list of nulls allocates at most 4 slots an element.
-				dst = slices.Grow(dst, max(n, 4))
+				grown := make([]T, n, max(2*n, 4))
+				copy(grown, dst)
+				dst = grown
 			}
 			var zero T
 			dst = append(dst, zero)
