@@ -201,8 +201,7 @@ func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte, b *
 		req.fullSpec.b = b
 		res, err := engine.InjectView(deadline, &req.Object, req.Namespace, m.NamespaceLabels, m.NamespaceAnnotation,
 			req.fullSpec.decode, signer, (*out)[:0])
-		if req.fullSpec.overLimit != nil {
-			answerLimit(w, req.fullSpec.overLimit)
+		if answerLimit(w, req.fullSpec.err) { // the engine may have wrapped or dropped it
 			return
 		}
 		if err != nil {

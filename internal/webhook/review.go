@@ -45,12 +45,11 @@ type podRequest struct {
 // the engine reads beyond the view: paid for from the review's budget
 // first, and decoded once however often the engine asks.
 type fullSpec struct {
-	raw       []byte
-	b         *budget
-	spec      *corev1.PodSpec
-	err       error
-	done      bool
-	overLimit error
+	raw  []byte
+	b    *budget
+	spec *corev1.PodSpec
+	err  error
+	done bool
 }
 
 // podLists are the lists of a pod's spec whose elements decode to a whole
@@ -93,9 +92,7 @@ func (f *fullSpec) decode() (*corev1.PodSpec, error) {
 		if f.err = listsOfObjects(f.raw); f.err != nil {
 			return nil, f.err
 		}
-		if f.overLimit = f.b.take(fullDecodeCost(f.raw)); f.overLimit != nil {
-			f.err = f.overLimit
-		} else {
+		if f.err = f.b.take(fullDecodeCost(f.raw)); f.err == nil {
 			f.spec, f.err = inject.PodSpecFromJSON(f.raw)()
 		}
 	}

@@ -73,14 +73,7 @@ func errorsAs(err error, bad **badRequest) bool {
 // read, then decoded by the engine into records (encoding/json) that the
 // budget never sees.
 func TestAttack30StatusAnnotationIsDecodedUncharged(t *testing.T) {
-	sc := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "u"}}
-	sc.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
-	sc.Spec.Containers = []corev1.Container{{Name: "a", Image: "a"}}
-	e, err := inject.New([]v1alpha1.Sidecar{sc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &Mutator{Engines: StaticEngine{E: e}, NamespaceLabels: inject.DefaultNamespaceLabels, Log: logr.Discard()}
+	m := webMutator(t)
 	h := (&Server{Mutator: m, Log: logr.Discard()}).Handler()
 	records := inject.MaxStatusBytes/3 - 10
 	for name, status := range map[string]string{
@@ -168,14 +161,7 @@ func itoa36(i int) string {
 // sent at once to one replica with the default limits (64 MiB): the heap's
 // peak, sampled, against the budget the limits were to hold it to.
 func TestAttack30ConcurrentBombsOutgrowTheBudget(t *testing.T) {
-	sc := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "u"}}
-	sc.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
-	sc.Spec.Containers = []corev1.Container{{Name: "a", Image: "a"}}
-	e, err := inject.New([]v1alpha1.Sidecar{sc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &Mutator{Engines: StaticEngine{E: e}, NamespaceLabels: inject.DefaultNamespaceLabels, Log: logr.Discard()}
+	m := webMutator(t)
 	head := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"namespace":"ns","operation":"CREATE",`
 	bombs := map[string][]byte{
 		"status annotations of 64 KiB": []byte(head + `"object":{"metadata":{"name":"p","labels":{"app":"web"},"annotations":{"` +
@@ -261,4 +247,18 @@ func TestAttack30ShapesTheViewKeepsAreDrawn(t *testing.T) {
 			t.Errorf("%s: decoding allocated %d KiB, more than the %d KiB it drew", name, allocated>>10, charged>>10)
 		}
 	}
+}
+
+// webMutator injects one Sidecar, "a", into pods labelled app=web.
+func webMutator(t *testing.T) *Mutator {
+	t.Helper()
+	sc := v1alpha1.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "u"}}
+	sc.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	sc.Spec.Containers = []corev1.Container{{Name: "a", Image: "a"}}
+	e, err := inject.New([]v1alpha1.Sidecar{sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Mutator{Engines: StaticEngine{E: e}, NamespaceLabels: inject.DefaultNamespaceLabels, Log: logr.Discard()}
+	return m
 }
