@@ -10,7 +10,7 @@ import (
 
 // FuzzAppendQuote: AppendQuote writes what jsontext.AppendQuote writes.
 func FuzzAppendQuote(f *testing.F) {
-	for _, s := range []string{"", "app", "registry.example.com/fluentd:v1.16", `a"b`, `a\b`, "a\nb", "é", "\xff", "<&>", "\u2028", "\x7f", strings.Repeat("x", 17)} {
+	for _, s := range []string{"", "app", "registry.example.com/fluentd:v1.16", `a"b`, `a\b`, "a\nb", "é", "\xff", "<&>", "\u2028", "\x7f", strings.Repeat("x", 17), `{"a":"b\\"}"`, `"\` + "\n"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -23,14 +23,19 @@ func FuzzAppendQuote(f *testing.F) {
 }
 
 func BenchmarkAppendQuote(b *testing.B) {
-	for _, s := range []string{"registry.example.com/fluentd:v1.16", "/var/log/app"} {
-		b.Run("jsonscan/"+s, func(b *testing.B) {
+	record := `[{"sidecar":"fluentd","revision":"3","containers":["fluentd"],"digest":"sha256:9f86d081884c7d65","signature":"hmac:2cf24dba5fb0a30e"}]`
+	for _, s := range []string{"registry.example.com/fluentd:v1.16", "/var/log/app", record} {
+		name := s
+		if len(name) > 40 {
+			name = "record"
+		}
+		b.Run("jsonscan/"+name, func(b *testing.B) {
 			buf := make([]byte, 0, 64)
 			for b.Loop() {
 				buf, _ = AppendQuote(buf[:0], s)
 			}
 		})
-		b.Run("jsontext/"+s, func(b *testing.B) {
+		b.Run("jsontext/"+name, func(b *testing.B) {
 			buf := make([]byte, 0, 64)
 			for b.Loop() {
 				buf, _ = jsontext.AppendQuote(buf[:0], s)

@@ -2,10 +2,18 @@ package webhook
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/go-logr/logr"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 // BenchmarkMutatePod is one review through the handler (read, decode,
@@ -53,4 +61,73 @@ func BenchmarkDecodeCost(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkValidatePod is /validate-pods judging a pod the mutator has just
+// injected and signed, as the apiserver sends it on CREATE: read, decode,
+// verify the record.
+func BenchmarkValidatePod(b *testing.B) {
+	for _, tc := range []struct{ name, file string }{
+		{"realistic", "admissionreview-pod.json"},
+		{"large", "admissionreview-large-pod.json"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			m := newMutator(b)
+			var keys SwappableRing
+			name, secret, err := signing.NewKey(time.Now())
+			if err != nil {
+				b.Fatal(err)
+			}
+			ring, err := signing.ParseRing(map[string][]byte{name: secret}, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			keys.Store(ring)
+			m.Keys = &keys
+			h := (&Server{Mutator: m, Log: logr.Discard(), Validator: &Validator{
+				Engines: m.Engines, Keys: &keys, NamespaceLabels: inject.DefaultNamespaceLabels,
+			}}).Handler()
+			body := injectedReview(b, m, testReview(b, tc.file))
+			rec := httptest.NewRecorder()
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodPost, PathValidatePods, bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				rec.Body.Reset()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"allowed":true`) {
+					b.Fatal(rec.Body)
+				}
+			}
+		})
+	}
+}
+
+// injectedReview is review with the patch m answers for it applied to its
+// object.
+func injectedReview(t testing.TB, m http.Handler, review []byte) []byte {
+	t.Helper()
+	patch, err := jsonpatch.DecodePatch(decodeResponse(t, post(t, m, "application/json", review)).Response.Patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rv map[string]any
+	if err := json.Unmarshal(review, &rv); err != nil {
+		t.Fatal(err)
+	}
+	req := rv["request"].(map[string]any)
+	obj, err := json.Marshal(req["object"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obj, err = patch.Apply(obj); err != nil {
+		t.Fatal(err)
+	}
+	req["object"] = json.RawMessage(obj)
+	out, err := json.Marshal(rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

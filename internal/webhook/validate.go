@@ -3,6 +3,8 @@ package webhook
 import (
 	"encoding/json"
 	"fmt"
+
+	jsonv2 "github.com/go-json-experiment/json"
 	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +14,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/authorship"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
+	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 	"github.com/sidecar-operator/sidecar-operator/internal/validation"
 )
@@ -44,28 +47,92 @@ type Validator struct {
 	Upgrader string
 }
 
-// review is what the validating handlers read of an AdmissionReview; they
-// are off the injection path, so encoding/json does.
+// review is what the validating handlers read of an AdmissionReview: the
+// envelope, read by jsonscan, and the objects as the bytes sent, which each
+// handler decodes once.
 type review struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Request    *struct {
-		UID         string `json:"uid"`
-		Kind        groupVersionKind
-		SubResource string `json:"subResource"`
-		Namespace   string `json:"namespace"`
-		Operation   string `json:"operation"`
-		UserInfo    struct {
-			Username string `json:"username"`
-		} `json:"userInfo"`
-		Object    json.RawMessage `json:"object"`
-		OldObject json.RawMessage `json:"oldObject"`
-	} `json:"request"`
+	APIVersion string
+	Kind       string
+	Request    *reviewRequest
 }
 
-func (v *Validator) read(w http.ResponseWriter, body []byte, want string) (*review, bool) {
+type reviewRequest struct {
+	UID         string
+	Kind        groupVersionKind
+	SubResource string
+	Namespace   string
+	Operation   string
+	Username    string
+	Object      []byte
+	OldObject   []byte
+}
+
+// readReview reads the envelope of body; the objects are not decoded.
+func readReview(body []byte) (*review, error) {
 	var rv review
-	if err := json.Unmarshal(body, &rv); err != nil {
+	var s jsonscan.Scanner
+	s.Reset(body)
+	if s.Object() {
+		for key, ok := s.Member(); ok; key, ok = s.Member() {
+			switch string(key) {
+			case "apiVersion":
+				rv.APIVersion, _ = s.String()
+			case "kind":
+				rv.Kind, _ = s.String()
+			case "request":
+				rv.Request = nil
+				if s.Object() {
+					rv.Request = &reviewRequest{}
+					rv.Request.read(&s)
+				}
+			default:
+				s.Skip()
+			}
+		}
+	}
+	s.End()
+	return &rv, s.Err()
+}
+
+func (q *reviewRequest) read(s *jsonscan.Scanner) {
+	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		switch string(key) {
+		case "uid":
+			q.UID, _ = s.String()
+		case "kind":
+			q.Kind.read(s)
+		case "subResource":
+			q.SubResource, _ = s.String()
+		case "namespace":
+			q.Namespace, _ = s.String()
+		case "operation":
+			q.Operation, _ = s.String()
+		case "userInfo":
+			if s.Object() {
+				for key, ok := s.Member(); ok; key, ok = s.Member() {
+					if string(key) == "username" {
+						q.Username, _ = s.String()
+					} else {
+						s.Skip()
+					}
+				}
+			}
+		case "object":
+			q.Object = s.Raw()
+		case "oldObject":
+			q.OldObject = s.Raw()
+		default:
+			s.Skip()
+		}
+	}
+}
+
+// present reports whether an object was sent: not missing and not null.
+func present(object []byte) bool { return len(object) > 0 && string(object) != "null" }
+
+func (v *Validator) read(w http.ResponseWriter, body []byte, want string) (*review, bool) {
+	rv, err := readReview(body)
+	if err != nil {
 		http.Error(w, "request body is not an AdmissionReview: "+err.Error(), http.StatusBadRequest)
 		return nil, false
 	}
@@ -78,7 +145,7 @@ func (v *Validator) read(w http.ResponseWriter, body []byte, want string) (*revi
 	case rv.Request.Kind.Kind != want:
 		http.Error(w, "this endpoint admits "+want+" only, got kind "+quoteHeader(rv.Request.Kind.Kind), http.StatusBadRequest)
 	default:
-		return &rv, true
+		return rv, true
 	}
 	return nil, false
 }
@@ -109,7 +176,7 @@ func (v *Validator) validateSidecars(w http.ResponseWriter, r *http.Request, in 
 		return
 	}
 	var old *v1alpha1.Sidecar
-	if rv.Request.Operation == "UPDATE" && len(rv.Request.OldObject) > 0 && string(rv.Request.OldObject) != "null" {
+	if rv.Request.Operation == "UPDATE" && present(rv.Request.OldObject) {
 		old = &v1alpha1.Sidecar{}
 		if err := json.Unmarshal(rv.Request.OldObject, old); err != nil {
 			http.Error(w, "request.oldObject is not a Sidecar: "+err.Error(), http.StatusBadRequest)
@@ -171,24 +238,24 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 		return
 	}
 	var pod, old corev1.Pod
-	if err := json.Unmarshal(rv.Request.Object, &pod); err != nil {
+	if err := decodePod(rv.Request.Object, &pod); err != nil {
 		http.Error(w, "request.object is not a Pod: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 	var oldPod *corev1.Pod
 	if rv.Request.Operation == "UPDATE" {
-		if len(rv.Request.OldObject) == 0 || string(rv.Request.OldObject) == "null" {
+		if !present(rv.Request.OldObject) {
 			// The apiserver always sends it; without it no record can be compared.
 			http.Error(w, "an UPDATE review of a pod must carry request.oldObject", http.StatusBadRequest)
 			return
 		}
-		if err := json.Unmarshal(rv.Request.OldObject, &old); err != nil {
+		if err := decodePod(rv.Request.OldObject, &old); err != nil {
 			http.Error(w, "request.oldObject is not a Pod: "+err.Error(), http.StatusBadRequest)
 			return
 		}
 		oldPod = &old
 	}
-	upgrader := v.Upgrader != "" && rv.Request.UserInfo.Username == v.Upgrader
+	upgrader := v.Upgrader != "" && rv.Request.Username == v.Upgrader
 	var mandatory []string
 	if oldPod == nil {
 		mandatory = engine.Mandatory(&pod, v.NamespaceLabels)
@@ -199,6 +266,13 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 		return
 	}
 	answer(w, rv, "", warnings...)
+}
+
+// decodePod decodes a pod as the apiserver writes it, member names matched
+// exactly as the apiserver matches them; json v2 decodes it in one pass, at
+// about half encoding/json's time (BenchmarkValidatePod).
+func decodePod(data []byte, pod *corev1.Pod) error {
+	return jsonv2.Unmarshal(data, pod)
 }
 
 func podName(p *corev1.Pod) string {

@@ -1,0 +1,54 @@
+package webhook
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	sigsjson "sigs.k8s.io/json"
+)
+
+// TestDecodePodDecodesAsTheApiserver: /validate-pods reads a pod as the
+// apiserver's own decoder (sigs.k8s.io/json, case-sensitive) reads it.
+func TestDecodePodDecodesAsTheApiserver(t *testing.T) {
+	managed := `"managedFields":[{"manager":"kubectl","operation":"Update","apiVersion":"v1","time":"2026-11-27T10:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:image":{}}}}}}],`
+	pods := map[string][]byte{}
+	for _, file := range []string{"admissionreview-pod.json", "admissionreview-large-pod.json"} {
+		pods[file] = reviewObject(t, testReview(t, file))
+		pods[file+", injected"] = reviewObject(t, injectedReview(t, newMutator(t), testReview(t, file)))
+	}
+	pods["managedFields, quantities, int-or-string, times"] = []byte(`{"metadata":{"name":"p",` + managed +
+		`"creationTimestamp":"2026-11-27T10:00:00Z","deletionGracePeriodSeconds":30},"spec":{"containers":[{"name":"app",` +
+		`"resources":{"limits":{"cpu":"500m","memory":"1Gi"}},"ports":[{"containerPort":8080}],` +
+		`"readinessProbe":{"httpGet":{"port":"http","path":"/"}}}]},"status":{"startTime":"2026-11-27T10:00:01Z"}}`)
+	pods["a member whose name differs in case is not read"] = []byte(`{"metadata":{"name":"p","Annotations":{"a":"b"}},"Spec":{"containers":[{"name":"x"}]}}`)
+	for name, raw := range pods {
+		var got, want corev1.Pod
+		if err := decodePod(raw, &got); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &want); err != nil {
+			t.Fatalf("%s: the apiserver's decoder: %v", name, err)
+		}
+		if !equality.Semantic.DeepEqual(&got, &want) {
+			t.Errorf("%s: decodePod read\n%+v\nthe apiserver's decoder\n%+v", name, got, want)
+		}
+	}
+	if err := decodePod([]byte(`{"spec":{"containers":[{"name":"app","ports":[{"containerPort":"80"}]}]}}`), &corev1.Pod{}); err == nil ||
+		!strings.Contains(err.Error(), "/spec/containers/0/ports/0/containerPort") {
+		t.Errorf("a port as a string: %v, want an error naming /spec/containers/0/ports/0/containerPort", err)
+	}
+}
+
+func reviewObject(t *testing.T, review []byte) []byte {
+	t.Helper()
+	var rv struct {
+		Request struct{ Object json.RawMessage } `json:"request"`
+	}
+	if err := json.Unmarshal(review, &rv); err != nil {
+		t.Fatal(err)
+	}
+	return rv.Request.Object
+}
