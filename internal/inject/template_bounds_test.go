@@ -242,3 +242,25 @@ func FuzzTemplateLanguage(f *testing.F) {
 		}
 	})
 }
+
+// TestSidecarOfTooManyContainersIsRefused: a Sidecar injects at most
+// MaxContainers containers and init containers together.
+func TestSidecarOfTooManyContainersIsRefused(t *testing.T) {
+	sc := v1alpha1.Sidecar{}
+	sc.Name = "many"
+	for i := range MaxContainers {
+		c := corev1.Container{Name: "c" + strings.Repeat("x", i), Image: "registry.example.com/agent:1"}
+		if i%2 == 0 {
+			sc.Spec.Containers = append(sc.Spec.Containers, c)
+		} else {
+			sc.Spec.InitContainers = append(sc.Spec.InitContainers, c)
+		}
+	}
+	if _, err := New([]v1alpha1.Sidecar{sc}); err != nil {
+		t.Fatalf("%d containers: %v", MaxContainers, err)
+	}
+	sc.Spec.Containers = append(sc.Spec.Containers, corev1.Container{Name: "one-more", Image: "registry.example.com/agent:1"})
+	if _, err := New([]v1alpha1.Sidecar{sc}); err == nil || !strings.Contains(err.Error(), "spec.containers: 33 containers and init containers, at most 32") {
+		t.Errorf("%d containers: %v, want at most %d", MaxContainers+1, err, MaxContainers)
+	}
+}

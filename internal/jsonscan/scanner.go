@@ -310,6 +310,10 @@ func (s *Scanner) Skip() {
 	}
 }
 
+// Peek returns the first byte of the next value without reading it: '{',
+// '[', '"', 't', 'f', 'n', '-' or a digit; 0 at the end or after an error.
+func (s *Scanner) Peek() byte { return s.peek() }
+
 // peek skips whitespace and returns the next byte, 0 at the end or on error.
 func (s *Scanner) peek() byte {
 	if s.err != nil {

@@ -21,6 +21,9 @@ import (
 func Sidecar(sc *v1alpha1.Sidecar) field.ErrorList {
 	var errs field.ErrorList
 	spec := field.NewPath("spec")
+	if err := inject.TooManyContainers(&sc.Spec); err != nil {
+		return field.ErrorList{field.Forbidden(spec.Child("containers"), err.Error())}
+	}
 
 	// Templates, parameters, selectors: whatever the engine refuses to
 	// compile. Its messages name their fields already.

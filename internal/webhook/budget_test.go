@@ -3,10 +3,14 @@ package webhook
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 )
 
 // drawn decodes a mutating review with a budget of the default limits and
@@ -35,6 +39,19 @@ func amplified(open, item, closing string, size int) []byte {
 	}
 	b.WriteString(item + closing + "}}}")
 	return []byte(b.String())
+}
+
+// numbered is amplified with the item a format of the item's number, for
+// objects whose member names must differ.
+func numbered(open, itemFormat, closing string, size int) []byte {
+	var b strings.Builder
+	for i := 0; b.Len() < size; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, itemFormat, i)
+	}
+	return amplified(open, b.String(), closing, 0)
 }
 
 // TestDecodingDrawsWhatItKeeps: the mutating review's decoding draws on the
@@ -79,6 +96,84 @@ func TestDecodingDrawsWhatItKeeps(t *testing.T) {
 		}
 		if allocated > largeShare {
 			t.Errorf("%s: decoding allocated %d MiB, more than a review may hold (%d MiB)", name, allocated>>20, largeShare>>20)
+		}
+	}
+}
+
+// TestValidatingDrawsWhatItDecodes: a validating review is charged before
+// it is decoded (prepaid); the charge is at least what decoding the pod
+// allocates, for the usual pods and for shapes that cost far more decoded
+// than their size, sent straight to /validate-pods as a forged review.
+func TestValidatingDrawsWhatItDecodes(t *testing.T) {
+	m := newMutator(t)
+	v := &Validator{Engines: m.Engines, NamespaceLabels: inject.DefaultNamespaceLabels}
+	const size = 256 << 10
+	warm := testReview(t, "admissionreview-pod.json")
+	for name, body := range map[string][]byte{
+		"realistic pod":               testReview(t, "admissionreview-pod.json"),
+		"large pod":                   testReview(t, "admissionreview-large-pod.json"),
+		"injected pod":                injectedReview(t, m, testReview(t, "admissionreview-pod.json")),
+		"256 KiB of labels":           numbered(`,"labels":{`, `"%d":""`, "}}", size),
+		"256 KiB of null containers":  amplified(`},"spec":{"containers":[`, `null`, "]}", size),
+		"256 KiB of empty containers": amplified(`},"spec":{"containers":[`, `{}`, "]}", size),
+		"256 KiB of null volumes":     amplified(`},"spec":{"volumes":[`, `null`, "]}", size),
+		"256 KiB of null mounts":      amplified(`},"spec":{"containers":[{"name":"a","volumeMounts":[`, `null`, "]}]}", size),
+		"256 KiB of quantities":       numbered(`},"spec":{"containers":[{"name":"a","resources":{"limits":{`, `"%d":"1"`, "}}}]}", size),
+		"256 KiB of long quantities":  numbered(`},"spec":{"containers":[{"name":"a","resources":{"limits":{`, `"%d":"`+strings.Repeat("9", 1000)+`"`, "}}}]}", size),
+		"256 KiB of invalid UTF-8":    amplified(`,"labels":{"a":"`+string(bytes.Repeat([]byte{0xff}, size))+`",`, `"b":""`, "}}", 0),
+		"256 KiB of empty mounts":     amplified(`},"spec":{"containers":[{"name":"a","volumeMounts":[`, `{}`, "]}]}", size),
+		"256 KiB of escapes":          numbered(`,"labels":{`, `"%d":"\u00e9\u00e9\u00e9\u00e9"`, "}}", size),
+	} {
+		v.validatePods(httptest.NewRecorder(), nil, &warm) // json v2 builds its decoders at first use
+		charged := decodeCost(body)
+		rec := httptest.NewRecorder()
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		v.validatePods(rec, nil, &body)
+		runtime.ReadMemStats(&after)
+		allocated := int64(after.TotalAlloc - before.TotalAlloc)
+		t.Logf("%s: %d KiB, charged %d KiB, allocated %d KiB, status %d %.200s", name, len(body)>>10, charged>>10, allocated>>10, rec.Code, rec.Body)
+		if allocated > charged {
+			t.Errorf("%s: decoding allocated %d KiB, more than the %d KiB charged", name, allocated>>10, charged>>10)
+		}
+	}
+}
+
+// TestValidatingSidecarsDrawsWhatItDecodes is the same for /validate-sidecars:
+// encoding/json decoded "containers":[1,1,...] to a whole container each,
+// going on past the type error.
+func TestValidatingSidecarsDrawsWhatItDecodes(t *testing.T) {
+	v := &Validator{Engines: newMutator(t).Engines, NamespaceLabels: inject.DefaultNamespaceLabels}
+	sidecar := func(open, item, closing string) []byte {
+		var b strings.Builder
+		b.WriteString(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"sidecar-operator.io","version":"v1alpha1","kind":"Sidecar"},` +
+			`"operation":"CREATE","object":{"apiVersion":"sidecar-operator.io/v1alpha1","kind":"Sidecar","metadata":{"name":"s"},"spec":{` + open)
+		for b.Len() < 256<<10 {
+			b.WriteString(item + ",")
+		}
+		b.WriteString(item + closing + "}}}}")
+		return []byte(b.String())
+	}
+	warm := sidecar(`"containers":[`, `{"name":"a","image":"i"}`, "]")
+	v.validateSidecars(httptest.NewRecorder(), nil, &warm)
+	for name, body := range map[string][]byte{
+		"256 KiB of numbers as containers": sidecar(`"containers":[`, `1`, "]"),
+		"256 KiB of null containers":       sidecar(`"containers":[`, `null`, "]"),
+		"256 KiB of empty containers":      sidecar(`"containers":[`, `{}`, "]"),
+		"256 KiB of numbers as mounts":     sidecar(`"containers":[{"name":"a","image":"i","volumeMounts":[`, `1`, "]}]"),
+	} {
+		charged := decodeCost(body)
+		rec := httptest.NewRecorder()
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		v.validateSidecars(rec, nil, &body)
+		runtime.ReadMemStats(&after)
+		allocated := int64(after.TotalAlloc - before.TotalAlloc)
+		t.Logf("%s: charged %d KiB, allocated %d KiB, status %d %.160s", name, charged>>10, allocated>>10, rec.Code, rec.Body)
+		if allocated > charged {
+			t.Errorf("%s: decoding allocated %d KiB, more than the %d KiB charged", name, allocated>>10, charged>>10)
 		}
 	}
 }
