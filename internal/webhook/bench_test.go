@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,12 +34,12 @@ func BenchmarkMutatePod(b *testing.B) {
 				h = (&Server{Mutator: m}).Handler()
 			}
 			body := testReview(b, tc.file)
+			req, reset := reusedRequest(PathMutatePods, body)
 			rec := httptest.NewRecorder()
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				req := httptest.NewRequest(http.MethodPost, PathMutatePods, bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
+				reset()
 				rec.Body.Reset()
 				h.ServeHTTP(rec, req)
 				if rec.Code != http.StatusOK {
@@ -46,6 +47,22 @@ func BenchmarkMutatePod(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// reusedRequest is a request of body to path, built once, and what makes it
+// ready to be served again: the handler's cost, not the HTTP server's
+// (httptest.NewRequest parses a request line through a 4 KiB bufio.Reader,
+// 11 to 15% of BenchmarkMutatePod before; make bench measures the server).
+func reusedRequest(path string, body []byte) (*http.Request, func()) {
+	req := httptest.NewRequest(http.MethodPost, path, nil)
+	req.Header.Set("Content-Type", "application/json")
+	req.ContentLength = int64(len(body))
+	r := bytes.NewReader(body)
+	rc := io.NopCloser(r)
+	return req, func() {
+		r.Reset(body)
+		req.Body = rc
 	}
 }
 
@@ -88,12 +105,12 @@ func BenchmarkValidatePod(b *testing.B) {
 				Engines: m.Engines, Keys: &keys, NamespaceLabels: inject.DefaultNamespaceLabels,
 			}}).Handler()
 			body := injectedReview(b, m, testReview(b, tc.file))
+			req, reset := reusedRequest(PathValidatePods, body)
 			rec := httptest.NewRecorder()
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				req := httptest.NewRequest(http.MethodPost, PathValidatePods, bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
+				reset()
 				rec.Body.Reset()
 				h.ServeHTTP(rec, req)
 				if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"allowed":true`) {

@@ -41,11 +41,11 @@ func amplified(open, item, closing string, size int) []byte {
 	return []byte(b.String())
 }
 
-// numbered is amplified with the item a format of the item's number, for
-// objects whose member names must differ.
-func numbered(open, itemFormat, closing string, size int) []byte {
+// numbered is amplified to 256 KiB with the item a format of the item's
+// number, for objects whose member names must differ.
+func numbered(open, itemFormat, closing string) []byte {
 	var b strings.Builder
-	for i := 0; b.Len() < size; i++ {
+	for i := 0; b.Len() < 256<<10; i++ {
 		if i > 0 {
 			b.WriteString(",")
 		}
@@ -113,16 +113,16 @@ func TestValidatingDrawsWhatItDecodes(t *testing.T) {
 		"realistic pod":               testReview(t, "admissionreview-pod.json"),
 		"large pod":                   testReview(t, "admissionreview-large-pod.json"),
 		"injected pod":                injectedReview(t, m, testReview(t, "admissionreview-pod.json")),
-		"256 KiB of labels":           numbered(`,"labels":{`, `"%d":""`, "}}", size),
+		"256 KiB of labels":           numbered(`,"labels":{`, `"%d":""`, "}}"),
 		"256 KiB of null containers":  amplified(`},"spec":{"containers":[`, `null`, "]}", size),
 		"256 KiB of empty containers": amplified(`},"spec":{"containers":[`, `{}`, "]}", size),
 		"256 KiB of null volumes":     amplified(`},"spec":{"volumes":[`, `null`, "]}", size),
 		"256 KiB of null mounts":      amplified(`},"spec":{"containers":[{"name":"a","volumeMounts":[`, `null`, "]}]}", size),
-		"256 KiB of quantities":       numbered(`},"spec":{"containers":[{"name":"a","resources":{"limits":{`, `"%d":"1"`, "}}}]}", size),
-		"256 KiB of long quantities":  numbered(`},"spec":{"containers":[{"name":"a","resources":{"limits":{`, `"%d":"`+strings.Repeat("9", 1000)+`"`, "}}}]}", size),
+		"256 KiB of quantities":       numbered(`},"spec":{"containers":[{"name":"a","resources":{"limits":{`, `"%d":"1"`, "}}}]}"),
+		"256 KiB of long quantities":  numbered(`},"spec":{"containers":[{"name":"a","resources":{"limits":{`, `"%d":"`+strings.Repeat("9", 1000)+`"`, "}}}]}"),
 		"256 KiB of invalid UTF-8":    amplified(`,"labels":{"a":"`+string(bytes.Repeat([]byte{0xff}, size))+`",`, `"b":""`, "}}", 0),
 		"256 KiB of empty mounts":     amplified(`},"spec":{"containers":[{"name":"a","volumeMounts":[`, `{}`, "]}]}", size),
-		"256 KiB of escapes":          numbered(`,"labels":{`, `"%d":"\u00e9\u00e9\u00e9\u00e9"`, "}}", size),
+		"256 KiB of escapes":          numbered(`,"labels":{`, `"%d":"\u00e9\u00e9\u00e9\u00e9"`, "}}"),
 	} {
 		v.validatePods(httptest.NewRecorder(), nil, &warm) // json v2 builds its decoders at first use
 		charged := decodeCost(body)

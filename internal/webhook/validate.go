@@ -2,10 +2,9 @@ package webhook
 
 import (
 	"fmt"
-
-	jsonv2 "github.com/go-json-experiment/json"
 	"net/http"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
