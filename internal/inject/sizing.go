@@ -139,14 +139,31 @@ func (s *sizing) templated() bool {
 	return slices.ContainsFunc(slices.Concat(s.requests, s.limits), func(v sizedValue) bool { return v.tmpl != nil })
 }
 
+// MaxQuantityLength bounds a quantity's string: the apiserver writes them in
+// canonical form, at most 20 digits, a point and a suffix, and parsing
+// costs about 10 bytes a byte.
+const MaxQuantityLength = 24
+
+// QuantityReadable refuses, unread, a quantity longer than
+// MaxQuantityLength or whose decimal exponent has three digits or more.
+// Parsing a negative exponent rounds to the nano at a cost of ten to the
+// exponent (1e-10000000 took 1.7 s, 1e-99999999 80 s and 414 MiB); in
+// canonical form exponents are -9 to 18. "Ei" is a suffix, not an exponent.
+func QuantityReadable(s string) error {
+	if len(s) > MaxQuantityLength {
+		return fmt.Errorf("is %d bytes, longer than any quantity (%d)", len(s), MaxQuantityLength)
+	}
+	if i := strings.LastIndexAny(s, "eE"); i >= 0 && !strings.HasPrefix(s[i+1:], "i") && len(strings.TrimLeft(s[i+1:], "+-")) > 2 {
+		return fmt.Errorf("has a decimal exponent beyond ±%d", maxQuantityExponent)
+	}
+	return nil
+}
+
 // parseQuantity reads a quantity as the apiserver would, refusing the
 // negative ones it refuses in a container, and exponents past bounds.
 func parseQuantity(s string) (resource.Quantity, error) {
-	// Parsing a negative exponent rounds to the nano at a cost of ten to
-	// the exponent (1e-10000000 took 1.7 s), so exponents of three digits
-	// or more are refused unread; "Ei" is a suffix, not an exponent.
-	if i := strings.LastIndexAny(s, "eE"); i >= 0 && !strings.HasPrefix(s[i+1:], "i") && len(strings.TrimLeft(s[i+1:], "+-")) > 2 {
-		return resource.Quantity{}, fmt.Errorf("has a decimal exponent beyond ±%d", maxQuantityExponent)
+	if err := QuantityReadable(s); err != nil {
+		return resource.Quantity{}, err
 	}
 	q, err := resource.ParseQuantity(s)
 	if err != nil {

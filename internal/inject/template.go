@@ -31,6 +31,9 @@ const (
 	MaxTemplateNodes = 64
 	// MaxTemplateDepth bounds the nesting of if, with and parentheses.
 	MaxTemplateDepth = 8
+	// MaxTemplates bounds the templated strings of one container:
+	// each is parsed when the Sidecar is compiled, 5 to 7 KiB for "{{0}}".
+	MaxTemplates = 256
 	// MaxParameterValueLength bounds a parameter's value, from its
 	// annotation or its default.
 	MaxParameterValueLength = 4096
@@ -143,9 +146,11 @@ func compileStringTemplate(src string, params map[string]bool) (*stringTemplate,
 	if parts, ok := simpleParts(t.Root, params); ok {
 		return &stringTemplate{parts: parts, params: refs}, nil
 	}
-	// A trial run catches references to fields that do not exist.
-	data := templateData{Parameters: make(map[string]string, len(params))}
-	for p := range params {
+	// A trial run catches references to fields that do not exist. It needs
+	// only the parameters the template names: all of them, for each
+	// template, made compiling quadratic.
+	data := templateData{Parameters: make(map[string]string, len(refs))}
+	for _, p := range refs {
 		data.Parameters[p] = ""
 	}
 	if err := t.Execute(&valueWriter{limit: MaxValueLength}, data); err != nil {
@@ -695,6 +700,9 @@ func compileJSONTemplate(v any, path string, params map[string]bool) (*jsonTempl
 		s, err := jsontext.AppendUnquote(nil, val)
 		if err != nil {
 			return nil, err
+		}
+		if len(jt.holes) == MaxTemplates {
+			return nil, fmt.Errorf("%s%s: over %d templated strings in one container", path, dec.StackPointer(), MaxTemplates)
 		}
 		tmpl, err := compileStringTemplate(string(s), params)
 		if err != nil {

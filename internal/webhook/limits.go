@@ -114,19 +114,6 @@ func (l *limiter) wrap(h reviewHandler) http.Handler {
 	})
 }
 
-// prepaid is h, for a handler whose decoder cannot draw on the budget as
-// it goes (json v2): what decoding will cost (decodeCost), priced by a pass
-// over the body, is taken before it starts.
-func prepaid(h func(http.ResponseWriter, *http.Request, *[]byte)) reviewHandler {
-	return func(w http.ResponseWriter, r *http.Request, in *[]byte, b *budget) {
-		if err := b.take(decodeCost(*in)); err != nil {
-			answerLimit(w, err)
-			return
-		}
-		h(w, r, in)
-	}
-}
-
 // reviewTimeout is how long a review may take: the apiserver's timeout for
 // the webhook (it sends ?timeout=10s), and, from a caller that names none or
 // more than the apiserver allows, the apiserver's default.
@@ -159,14 +146,15 @@ const (
 	costPerScalar    = 64
 )
 
-// decodeCost prices decoding an object in full into Go types, a pod into
-// corev1 types as the apiserver decodes it: a quantity's string costs about
-// 10 bytes a byte, a map entry of two scalars about 300. Lists whose
-// elements are null or not objects, which decode to a whole struct each,
-// are refused before (nullElements, listsOfObjects).
+// decodeCost prices decoding an object in full into Go types (decodeObject):
+// twice its bytes (strings, raw values), 2.5 KiB per object or array and 512
+// bytes per scalar (a map entry of two scalars is about 300, a decimal
+// quantity's about 840). Quantities, which cost about 10 bytes a byte to
+// parse, are refused past 24 bytes, and lists holding null, which decode to
+// a whole struct each, before decoding.
 func decodeCost(body []byte) int64 {
 	n := jsonscan.Count(body)
-	return 10*int64(len(body)+2*n.NonASCII) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*4*costPerScalar
+	return 2*int64(len(body)+2*n.NonASCII) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*8*costPerScalar
 }
 
 // budget is the bytes of the limits one review holds: its declared length

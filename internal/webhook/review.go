@@ -5,7 +5,7 @@ import (
 	encjson "encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+
 	"strconv"
 	"strings"
 
@@ -50,39 +50,6 @@ type fullSpec struct {
 	spec *corev1.PodSpec
 	err  error
 	done bool
-}
-
-// podLists are the lists of a pod's spec whose elements decode to a whole
-// struct each, however short they are written.
-var podLists = [...]string{"containers", "initContainers", "ephemeralContainers", "volumes"}
-
-// listsOfObjects refuses a pod whose container or volume lists hold
-// anything but objects: the apiserver never sends one (it sends the pod it
-// decoded), and "containers":[null,null,...] would decode to 1.6 KiB an
-// element of 5 bytes.
-func listsOfObjects(pod []byte) error {
-	var s jsonscan.Scanner
-	s.Reset(pod)
-	if s.Object() {
-		for key, ok := s.Member(); ok; key, ok = s.Member() {
-			if string(key) != "spec" || !s.Object() {
-				s.Skip()
-				continue
-			}
-			for key, ok := s.Member(); ok; key, ok = s.Member() {
-				if !slices.Contains(podLists[:], string(key)) || !s.Array() {
-					s.Skip()
-					continue
-				}
-				for i := 0; s.Element(); i++ {
-					if raw := s.Raw(); len(raw) > 0 && raw[0] != '{' {
-						return fmt.Errorf("spec.%s[%d] is not an object", key, i)
-					}
-				}
-			}
-		}
-	}
-	return s.Err()
 }
 
 // nullElements refuses an object that holds null in a list. The apiserver
@@ -130,11 +97,13 @@ func firstNullElement(s *jsonscan.Scanner, first int) int {
 func (f *fullSpec) decode() (*corev1.PodSpec, error) {
 	if !f.done {
 		f.done = true
-		if f.err = listsOfObjects(f.raw); f.err != nil {
-			return nil, f.err
-		}
-		if f.err = f.b.take(decodeCost(f.raw)); f.err == nil {
-			f.spec, f.err = inject.PodSpecFromJSON(f.raw)()
+		if f.err = f.b.take(objectCost(f.raw)); f.err == nil {
+			var pod struct {
+				Spec corev1.PodSpec `json:"spec"`
+			}
+			if f.err = decodeObject(f.raw, &pod); f.err == nil {
+				f.spec = &pod.Spec
+			}
 		}
 	}
 	return f.spec, f.err

@@ -62,8 +62,8 @@ func (s *Server) Handler() http.Handler {
 	limit := newLimiter(s.Limits).wrap
 	mux.Handle(PathMutatePods, timed(PathMutatePods, limit(s.Mutator.review)))
 	if s.Validator != nil {
-		mux.Handle(PathValidateSidecars, timed(PathValidateSidecars, limit(prepaid(s.Validator.validateSidecars))))
-		mux.Handle(PathValidatePods, timed(PathValidatePods, limit(prepaid(s.Validator.validatePods))))
+		mux.Handle(PathValidateSidecars, timed(PathValidateSidecars, limit(s.Validator.validateSidecars)))
+		mux.Handle(PathValidatePods, timed(PathValidatePods, limit(s.Validator.validatePods)))
 	}
 	mux.HandleFunc(PathHealthz, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc(PathReadyz, func(w http.ResponseWriter, _ *http.Request) {

@@ -3,10 +3,14 @@ package webhook
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
@@ -128,7 +132,9 @@ func (q *reviewRequest) read(s *jsonscan.Scanner) {
 // present reports whether an object was sent: not missing and not null.
 func present(object []byte) bool { return len(object) > 0 && string(object) != "null" }
 
-func (v *Validator) read(w http.ResponseWriter, body []byte, want string) (*review, bool) {
+// read reads the review's envelope and takes from b what decoding its
+// objects will cost: json v2 cannot draw on the budget as it goes.
+func (v *Validator) read(w http.ResponseWriter, body []byte, want string, b *budget) (*review, bool) {
 	rv, err := readReview(body)
 	if err != nil {
 		http.Error(w, "request body is not an AdmissionReview: "+err.Error(), http.StatusBadRequest)
@@ -143,9 +149,64 @@ func (v *Validator) read(w http.ResponseWriter, body []byte, want string) (*revi
 	case rv.Request.Kind.Kind != want:
 		http.Error(w, "this endpoint admits "+want+" only, got kind "+quoteHeader(rv.Request.Kind.Kind), http.StatusBadRequest)
 	default:
+		if err := b.take(objectCost(rv.Request.Object) + objectCost(rv.Request.OldObject)); err != nil {
+			answerLimit(w, err)
+			return nil, false
+		}
 		return rv, true
 	}
 	return nil, false
+}
+
+// objectCost is what decodeObject and the records' parsing cost: decodeCost,
+// but for the object's managedFields, which decodeObject skips unread, and
+// with the injection record at 16 bytes a byte, which inject.ParseStatus
+// allocates for 256 records of 64 names (one string counted 2 bytes a byte
+// by decodeCost). The apiserver adds managedFields before admission, a member
+// for each field set, and priced as decoded they made /validate-pods refuse
+// a pod of 16,000 labels with 413.
+func objectCost(object []byte) int64 {
+	cost := decodeCost(object)
+	skipped, status := metadataParts(object)
+	if skipped != nil {
+		cost -= decodeCost(skipped)
+	}
+	return cost + 16*int64(status)
+}
+
+// metadataParts returns the bytes of metadata.managedFields in object, or
+// nil, and the length of the injection record's annotation as sent.
+func metadataParts(object []byte) (managedFields []byte, status int) {
+	var s jsonscan.Scanner
+	s.Reset(object)
+	if !s.Object() {
+		return nil, 0
+	}
+	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		if string(key) != "metadata" || s.Peek() != '{' {
+			s.Skip()
+			continue
+		}
+		s.Object()
+		for key, ok := s.Member(); ok; key, ok = s.Member() {
+			switch {
+			case string(key) == "managedFields":
+				managedFields = s.Raw()
+			case string(key) == "annotations" && s.Peek() == '{':
+				s.Object()
+				for key, ok := s.Member(); ok; key, ok = s.Member() {
+					if string(key) == v1alpha1.AnnotationStatus {
+						status = len(s.Raw())
+					} else {
+						s.Skip()
+					}
+				}
+			default:
+				s.Skip()
+			}
+		}
+	}
+	return managedFields, status
 }
 
 func answer(w http.ResponseWriter, rv *review, denial string, warnings ...string) {
@@ -156,11 +217,11 @@ func answer(w http.ResponseWriter, rv *review, denial string, warnings ...string
 // ValidateSidecars judges a created or updated Sidecar, with no limits;
 // Server.Handler applies them.
 func (v *Validator) ValidateSidecars(w http.ResponseWriter, r *http.Request) {
-	serveReview(w, r, prepaid(v.validateSidecars))
+	serveReview(w, r, v.validateSidecars)
 }
 
-func (v *Validator) validateSidecars(w http.ResponseWriter, r *http.Request, in *[]byte) {
-	rv, ok := v.read(w, *in, "Sidecar")
+func (v *Validator) validateSidecars(w http.ResponseWriter, _ *http.Request, in *[]byte, b *budget) {
+	rv, ok := v.read(w, *in, "Sidecar", b)
 	if !ok {
 		return
 	}
@@ -211,11 +272,11 @@ func (v *Validator) validateSidecars(w http.ResponseWriter, r *http.Request, in 
 // namespace turns validation off; with no limits, which Server.Handler
 // applies.
 func (v *Validator) ValidatePods(w http.ResponseWriter, r *http.Request) {
-	serveReview(w, r, prepaid(v.validatePods))
+	serveReview(w, r, v.validatePods)
 }
 
-func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]byte) {
-	rv, ok := v.read(w, *in, "Pod")
+func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]byte, b *budget) {
+	rv, ok := v.read(w, *in, "Pod", b)
 	if !ok {
 		return
 	}
@@ -271,12 +332,32 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 // in a list. json v2 decodes in one pass, at about half encoding/json's time
 // (BenchmarkValidatePod), and stops at the first error, where encoding/json
 // goes on decoding, so that "containers":[1,1,...] cost as much as nulls.
+// Quantities whose parsing would cost without bound are refused unread, and
+// managedFields, which nothing here reads, are skipped.
 func decodeObject(data []byte, v any) error {
 	if err := nullElements(data); err != nil {
 		return err
 	}
-	return jsonv2.Unmarshal(data, v)
+	return jsonv2.Unmarshal(data, v, decodeOptions)
 }
+
+var decodeOptions = jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(
+	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, q *resource.Quantity) error {
+		raw, err := dec.ReadValue()
+		if err != nil {
+			return err
+		}
+		// What Quantity.UnmarshalJSON parses.
+		s := strings.TrimSpace(strings.Trim(string(raw), `"`))
+		if err := inject.QuantityReadable(s); err != nil {
+			return fmt.Errorf("quantity %.64q %w", s, err)
+		}
+		return q.UnmarshalJSON(raw)
+	}),
+	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ *[]metav1.ManagedFieldsEntry) error {
+		return dec.SkipValue()
+	}),
+))
 
 func podName(p *corev1.Pod) string {
 	if p.Name != "" {
