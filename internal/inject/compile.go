@@ -183,6 +183,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 
 	names := map[string]string{}
 	sizedAt := map[string]int{}
+	templates := 0 // the templated strings of the containers so far
 	for i, r := range spec.Resources {
 		sizedAt[r.Container] = i
 	}
@@ -204,7 +205,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 			entry = &spec.Resources[i]
 			entryAt = i
 		}
-		rc, err := compileContainer(ct, field, declared, entry, entryAt)
+		rc, err := compileContainer(ct, field, declared, entry, entryAt, &templates)
 		if err != nil {
 			errs = append(errs, err)
 			return
@@ -305,7 +306,7 @@ func (c *compiledSidecar) compileVolumes(spec *v1alpha1.SidecarSpec) (errs []err
 // compileContainer compiles one container, sized by entry, which is
 // spec.resources[entryAt], when not nil.
 func compileContainer(ct corev1.Container, field string, declared map[string]bool, entry *v1alpha1.ContainerResources,
-	entryAt int) (renderedContainer, error) {
+	entryAt int, templates *int) (renderedContainer, error) {
 	var sz *sizing
 	if entry != nil {
 		var err error
@@ -314,7 +315,7 @@ func compileContainer(ct corev1.Container, field string, declared map[string]boo
 		}
 		ct.Resources = corev1.ResourceRequirements{}
 	}
-	jt, err := compileJSONTemplate(&ct, field, declared)
+	jt, err := compileJSONTemplate(&ct, field, declared, templates)
 	if err != nil {
 		return renderedContainer{}, err
 	}

@@ -31,8 +31,8 @@ const (
 	MaxTemplateNodes = 64
 	// MaxTemplateDepth bounds the nesting of if, with and parentheses.
 	MaxTemplateDepth = 8
-	// MaxTemplates bounds the templated strings of one container:
-	// each is parsed when the Sidecar is compiled, 5 to 7 KiB for "{{0}}".
+	// MaxTemplates bounds the templated strings of a Sidecar's containers:
+	// each is parsed when the Sidecar is compiled, 5 to 16 KiB.
 	MaxTemplates = 256
 	// MaxParameterValueLength bounds a parameter's value, from its
 	// annotation or its default.
@@ -669,7 +669,7 @@ func (jt *jsonTemplate) holeForResources() error {
 
 // compileJSONTemplate marshals v and turns each string value holding "{{"
 // into a hole. field names errors after path, for example "containers[0]".
-func compileJSONTemplate(v any, path string, params map[string]bool) (*jsonTemplate, error) {
+func compileJSONTemplate(v any, path string, params map[string]bool, templates *int) (*jsonTemplate, error) {
 	raw, err := encjson.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -701,9 +701,10 @@ func compileJSONTemplate(v any, path string, params map[string]bool) (*jsonTempl
 		if err != nil {
 			return nil, err
 		}
-		if len(jt.holes) == MaxTemplates {
-			return nil, fmt.Errorf("%s%s: over %d templated strings in one container", path, dec.StackPointer(), MaxTemplates)
+		if *templates == MaxTemplates {
+			return nil, fmt.Errorf("%s%s: over %d templated strings in the Sidecar's containers", path, dec.StackPointer(), MaxTemplates)
 		}
+		*templates++
 		tmpl, err := compileStringTemplate(string(s), params)
 		if err != nil {
 			return nil, fmt.Errorf("%s%s: template %q: %w", path, dec.StackPointer(), abbreviate(string(s)), err)

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"strings"
@@ -149,7 +150,11 @@ func (v *Validator) read(w http.ResponseWriter, body []byte, want string, b *bud
 	case rv.Request.Kind.Kind != want:
 		http.Error(w, "this endpoint admits "+want+" only, got kind "+quoteHeader(rv.Request.Kind.Kind), http.StatusBadRequest)
 	default:
-		if err := b.take(objectCost(rv.Request.Object) + objectCost(rv.Request.OldObject)); err != nil {
+		cost := objectCost
+		if want == "Sidecar" {
+			cost = sidecarCost
+		}
+		if err := b.take(cost(rv.Request.Object) + cost(rv.Request.OldObject)); err != nil {
 			answerLimit(w, err)
 			return nil, false
 		}
@@ -162,7 +167,8 @@ func (v *Validator) read(w http.ResponseWriter, body []byte, want string, b *bud
 // but for the object's managedFields, which decodeObject skips unread, and
 // with the injection record at 16 bytes a byte, which inject.ParseStatus
 // allocates for 256 records of 64 names (one string counted 2 bytes a byte
-// by decodeCost). The apiserver adds managedFields before admission, a member
+// by decodeCost), and 2 KiB a record, which 256 empty ones cost with their
+// denials. The apiserver adds managedFields before admission, a member
 // for each field set, and priced as decoded they made /validate-pods refuse
 // a pod of 16,000 labels with 413.
 func objectCost(object []byte) int64 {
@@ -171,16 +177,26 @@ func objectCost(object []byte) int64 {
 	if skipped != nil {
 		cost -= decodeCost(skipped)
 	}
-	return cost + 16*int64(status)
+	return cost + 16*int64(len(status)) + 2<<10*int64(bytes.Count(status, []byte("{")))
 }
 
-// metadataParts returns the bytes of metadata.managedFields in object, or
-// nil, and the length of the injection record's annotation as sent.
-func metadataParts(object []byte) (managedFields []byte, status int) {
+// sidecarCost is objectCost and what compiling the Sidecar's templates
+// costs: 16 KiB a template (inject.MaxTemplates of them, at most), and 1 KiB
+// an action beyond ("{{if 0}}{{end}}" twenty times is 40 actions), counted
+// by their opening braces.
+func sidecarCost(object []byte) int64 {
+	actions := bytes.Count(object, []byte("{{"))
+	return objectCost(object) + 16<<10*int64(min(actions, inject.MaxTemplates)) +
+		1<<10*int64(min(actions, inject.MaxTemplates*inject.MaxTemplateNodes))
+}
+
+// metadataParts returns the bytes of metadata.managedFields in object and
+// of the injection record's annotation as sent, or nil.
+func metadataParts(object []byte) (managedFields, status []byte) {
 	var s jsonscan.Scanner
 	s.Reset(object)
 	if !s.Object() {
-		return nil, 0
+		return nil, nil
 	}
 	for key, ok := s.Member(); ok; key, ok = s.Member() {
 		if string(key) != "metadata" || s.Peek() != '{' {
@@ -196,7 +212,7 @@ func metadataParts(object []byte) (managedFields []byte, status int) {
 				s.Object()
 				for key, ok := s.Member(); ok; key, ok = s.Member() {
 					if string(key) == v1alpha1.AnnotationStatus {
-						status = len(s.Raw())
+						status = s.Raw()
 					} else {
 						s.Skip()
 					}
