@@ -202,24 +202,6 @@ func TestAttack31SidecarTemplatesOutgrowCharge(t *testing.T) {
 		review31Sidecar(`"containers":[{"name":"a","image":"i","args":[`, `"{{.Pod.Name}}"`, "]}]", 256<<10))
 }
 
-// TestAttack31UpgraderImagesChangedQuadratic: a forged userInfo naming the
-// controllers' user makes validation.Pod run imagesChanged, which looks up
-// every old container in the new pod by a linear scan (signing.Container):
-// 7,500 containers in each, 56 million comparisons.
-func TestAttack31UpgraderImagesChangedQuadratic(t *testing.T) {
-	v := review31Validator(t)
-	v.Upgrader = "system:serviceaccount:sidecar-operator:controller"
-	warm := testReview(t, "admissionreview-pod.json")
-	v.validatePods(httptest.NewRecorder(), nil, &warm, nil)
-	cs := make([]map[string]any, 0, 4000)
-	for i := range 4000 {
-		cs = append(cs, map[string]any{"name": fmt.Sprintf("c%05d", i)})
-	}
-	pod := map[string]any{"metadata": map[string]any{"name": "p", "namespace": "default"}, "spec": map[string]any{"containers": cs}}
-	body := bytes.Replace(review31PodReview("UPDATE", pod, pod), []byte(`"username":"mallory"`), []byte(`"username":"`+v.Upgrader+`"`), 1)
-	review31Check(t, "upgrader update of 4000 containers", v.validatePods, body)
-}
-
 // TestAttack31ApiserverSizedPodRefused: a pod the apiserver accepts and
 // sends (about 450 KB: 16,000 labels, and the managedFields entry the
 // apiserver adds before admission, one {} a label) prices past 3/4 of the
