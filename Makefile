@@ -40,6 +40,7 @@ image: ## Build the operator's image without Docker (hack/image): linux/amd64 an
 generate: ## Regenerate deepcopy code, the CRD, the ClusterRoles of the webhook and the controllers, the webhook configurations, the Helm chart and docs/api.md.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd:maxDescLen=0 paths=./api/... output:crd:artifacts:config=config/crd/bases
+	go run ./hack/gen-crd-quantities
 	$(CONTROLLER_GEN) rbac:roleName=sidecar-operator-webhook paths=./internal/webhook output:rbac:artifacts:config=config/rbac/webhook
 	$(CONTROLLER_GEN) rbac:roleName=sidecar-operator-controller \
 		paths="$$(go list ./internal/... | grep -vx '.*/internal/webhook' | sed 's|^github.com/sidecar-operator/sidecar-operator|.|' | paste -sd';')" \
