@@ -24,7 +24,8 @@ import (
 func TestAttackSlowQuantityRefusedByTheSchema(t *testing.T) {
 	const author = "quantity-author"
 	sidecarsRule := rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"sidecars"}, Verbs: []string{"create"}}
-	grantClusterRule(t, author, authorizationv1.ResourceAttributes{Group: v1alpha1.GroupVersion.Group, Verb: "create", Resource: "sidecars"}, sidecarsRule)
+	podRule := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create"}}
+	grantClusterRule(t, author, authorizationv1.ResourceAttributes{Group: v1alpha1.GroupVersion.Group, Verb: "create", Resource: "sidecars"}, sidecarsRule, podRule)
 	cl := impersonate(t, author, authenticated...)
 	for _, q := range []string{"1e-99999999", "0.0000000000000000000000000001", "1e100"} {
 		sc := agentSidecar(nil)
