@@ -97,7 +97,7 @@ test-chart: ## helm lint --strict and helm template of the chart, with the defau
 test: lint verify-generated control-plane test-monitoring test-chart ## Everything: lint, generated files, monitoring, the chart, unit and integration tests with -race (test/node and test/install on a real node), brief fuzzing.
 	@NODE=1 hack/build-control-plane.sh >/dev/null
 	@hack/release-images.sh >/dev/null
-	KUBEBUILDER_ASSETS=$(ASSETS) KYVERNO=$$(hack/build-kyverno.sh) CHROMIUM=$$(hack/ensure-chromium.sh) go test -race -count=1 ./...
+	KUBEBUILDER_ASSETS=$(ASSETS) KYVERNO=$$(hack/build-kyverno.sh) CHROMIUM=$$(hack/ensure-chromium.sh) go test -race -count=1 -timeout 30m ./...
 	$(MAKE) --no-print-directory test-fuzz
 
 .PHONY: test-monitoring
