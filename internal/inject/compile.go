@@ -183,7 +183,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 
 	names := map[string]string{}
 	sizedAt := map[string]int{}
-	templates := 0 // the templated strings of the containers so far
+	templates := 0 // the templated strings of the Sidecar so far (countTemplate)
 	for i, r := range spec.Resources {
 		sizedAt[r.Container] = i
 	}
@@ -260,7 +260,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		}
 		c.static = &m
 	}
-	if c.podMetadata, err = compilePodMetadata(spec.PodMetadata, declared); err != nil {
+	if c.podMetadata, err = compilePodMetadata(spec.PodMetadata, declared, &templates); err != nil {
 		errs = append(errs, err)
 	}
 	if slices.ContainsFunc(c.podMetadata, func(m metaValue) bool { return m.tmpl != nil }) {
@@ -310,7 +310,7 @@ func compileContainer(ct corev1.Container, field string, declared map[string]boo
 	var sz *sizing
 	if entry != nil {
 		var err error
-		if sz, err = compileSizing(entryAt, entry, ct.Resources, declared); err != nil {
+		if sz, err = compileSizing(entryAt, entry, ct.Resources, declared, templates); err != nil {
 			return renderedContainer{}, err
 		}
 		ct.Resources = corev1.ResourceRequirements{}

@@ -30,7 +30,7 @@ type metaValue struct {
 }
 
 // compilePodMetadata compiles spec.podMetadata, labels first, each sorted.
-func compilePodMetadata(pm *v1alpha1.PodMetadata, declared map[string]bool) ([]metaValue, error) {
+func compilePodMetadata(pm *v1alpha1.PodMetadata, declared map[string]bool, templates *int) ([]metaValue, error) {
 	if pm == nil {
 		return nil, nil
 	}
@@ -54,6 +54,9 @@ func compilePodMetadata(pm *v1alpha1.PodMetadata, declared map[string]bool) ([]m
 			v := metaValue{label: kind.label, key: key, overwrite: slices.Contains(pm.Overwrite, key)}
 			src := kind.m[key]
 			if strings.Contains(src, "{{") {
+				if err := countTemplate(templates, field); err != nil {
+					return nil, errors.Join(append(errs, err)...)
+				}
 				t, err := compileStringTemplate(src, declared)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s: template %q: %w", field, abbreviate(src), err))

@@ -43,7 +43,7 @@ type appShare struct {
 
 // compileSizing compiles spec.resources[i] for a container whose own
 // resources are base. declared are the Sidecar's parameters.
-func compileSizing(i int, entry *v1alpha1.ContainerResources, base corev1.ResourceRequirements, declared map[string]bool) (*sizing, error) {
+func compileSizing(i int, entry *v1alpha1.ContainerResources, base corev1.ResourceRequirements, declared map[string]bool, templates *int) (*sizing, error) {
 	field := fmt.Sprintf("spec.resources[%d]", i)
 	s := &sizing{field: field, base: base}
 	var errs []error
@@ -69,6 +69,10 @@ func compileSizing(i int, entry *v1alpha1.ContainerResources, base corev1.Resour
 			v := sizedValue{name: name}
 			src := in[name]
 			if strings.Contains(src, "{{") {
+				if err := countTemplate(templates, f); err != nil {
+					errs = append(errs, err)
+					return out
+				}
 				t, err := compileStringTemplate(src, declared)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s: template %q: %w", f, abbreviate(src), err))

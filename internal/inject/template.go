@@ -31,8 +31,9 @@ const (
 	MaxTemplateNodes = 64
 	// MaxTemplateDepth bounds the nesting of if, with and parentheses.
 	MaxTemplateDepth = 8
-	// MaxTemplates bounds the templated strings of a Sidecar's containers:
-	// each is parsed when the Sidecar is compiled, 5 to 16 KiB.
+	// MaxTemplates bounds the templated strings of a Sidecar, in its
+	// containers, podMetadata and resources together: each is parsed when
+	// the Sidecar is compiled, 5 to 16 KiB.
 	MaxTemplates = 256
 	// MaxParameterValueLength bounds a parameter's value, from its
 	// annotation or its default.
@@ -667,6 +668,17 @@ func (jt *jsonTemplate) holeForResources() error {
 	return errors.New("resources: not found in the container's JSON")
 }
 
+// countTemplate counts one more templated string of a Sidecar, in its
+// containers, podMetadata or resources, refusing the one past MaxTemplates
+// before it is parsed.
+func countTemplate(templates *int, field string) error {
+	if *templates == MaxTemplates {
+		return fmt.Errorf("%s: over %d templated strings in the Sidecar", field, MaxTemplates)
+	}
+	*templates++
+	return nil
+}
+
 // compileJSONTemplate marshals v and turns each string value holding "{{"
 // into a hole. field names errors after path, for example "containers[0]".
 func compileJSONTemplate(v any, path string, params map[string]bool, templates *int) (*jsonTemplate, error) {
@@ -701,10 +713,9 @@ func compileJSONTemplate(v any, path string, params map[string]bool, templates *
 		if err != nil {
 			return nil, err
 		}
-		if *templates == MaxTemplates {
-			return nil, fmt.Errorf("%s%s: over %d templated strings in the Sidecar's containers", path, dec.StackPointer(), MaxTemplates)
+		if err := countTemplate(templates, path+string(dec.StackPointer())); err != nil {
+			return nil, err
 		}
-		*templates++
 		tmpl, err := compileStringTemplate(string(s), params)
 		if err != nil {
 			return nil, fmt.Errorf("%s%s: template %q: %w", path, dec.StackPointer(), abbreviate(string(s)), err)

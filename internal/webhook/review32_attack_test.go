@@ -81,3 +81,20 @@ func TestAttack32StatusRecordErrors(t *testing.T) {
 		return `{"name":"` + fmt.Sprintf("%x", i) + `","containers":[` + strings.Repeat(`"",`, 63) + `""]}`
 	})))
 }
+
+// TestAttack33TemplatesOutsideContainers (the third review, read only):
+// templates in podMetadata and in resources escaped the per-Sidecar cap,
+// which counted the containers' only (74 MiB allocated against 33 MiB).
+func TestAttack33TemplatesOutsideContainers(t *testing.T) {
+	v := review31Validator(t)
+	review31WarmSidecars(v)
+	var meta strings.Builder
+	for i := range 12000 {
+		if i > 0 {
+			meta.WriteString(",")
+		}
+		fmt.Fprintf(&meta, `"a%d":"{{if .Pod.Name}}x{{end}}"`, i)
+	}
+	review31Check(t, "12,000 podMetadata templates", v.validateSidecars, review31Sidecar(
+		`"podMetadata":{"annotations":{`+meta.String()+`}},"containers":[`, `{"name":"a","image":"i"}`, "]", 0))
+}

@@ -183,9 +183,10 @@ func objectCost(object []byte) int64 {
 // sidecarCost is objectCost and what compiling the Sidecar's templates
 // costs: 16 KiB a template (inject.MaxTemplates of them, at most), and 1 KiB
 // an action beyond ("{{if 0}}{{end}}" twenty times is 40 actions), counted
-// by their opening braces.
+// by their opening braces, and each brace written as an escape as one
+// (templates are found in the decoded strings).
 func sidecarCost(object []byte) int64 {
-	actions := bytes.Count(object, []byte("{{"))
+	actions := bytes.Count(object, []byte("{{")) + bytes.Count(object, []byte(`\u007b`)) + bytes.Count(object, []byte(`\u007B`))
 	return objectCost(object) + 16<<10*int64(min(actions, inject.MaxTemplates)) +
 		1<<10*int64(min(actions, inject.MaxTemplates*inject.MaxTemplateNodes))
 }
