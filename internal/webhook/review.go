@@ -28,14 +28,40 @@ type podReview struct {
 	Request    *podRequest
 }
 
-type podRequest struct {
+// requestHeader is what every endpoint reads of a request besides its
+// objects.
+type requestHeader struct {
 	UID         string
 	Kind        groupVersionKind
 	SubResource string
 	Namespace   string
 	Operation   string
-	DryRun      bool
-	Object      inject.PodView
+}
+
+// readField reads the member key if it is a header field, reporting whether
+// it was.
+func (h *requestHeader) readField(key []byte, s *jsonscan.Scanner) bool {
+	switch string(key) {
+	case "uid":
+		h.UID, _ = s.String()
+	case "kind":
+		h.Kind.read(s)
+	case "subResource":
+		h.SubResource, _ = s.String()
+	case "namespace":
+		h.Namespace, _ = s.String()
+	case "operation":
+		h.Operation, _ = s.String()
+	default:
+		return false
+	}
+	return true
+}
+
+type podRequest struct {
+	requestHeader
+	DryRun bool
+	Object inject.PodView
 	// ObjectJSON is the pod as sent, for the rare reads the view does not cover.
 	ObjectJSON []byte
 	fullSpec   fullSpec
@@ -206,17 +232,10 @@ func (q *podRequest) read(s *jsonscan.Scanner) (pending bool) {
 		return false
 	}
 	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		if q.readField(key, s) {
+			continue
+		}
 		switch string(key) {
-		case "uid":
-			q.UID, _ = s.String()
-		case "kind":
-			q.Kind.read(s)
-		case "subResource":
-			q.SubResource, _ = s.String()
-		case "namespace":
-			q.Namespace, _ = s.String()
-		case "operation":
-			q.Operation, _ = s.String()
 		case "dryRun":
 			q.DryRun, _ = s.Bool()
 		case "object":

@@ -60,14 +60,10 @@ type review struct {
 }
 
 type reviewRequest struct {
-	UID         string
-	Kind        groupVersionKind
-	SubResource string
-	Namespace   string
-	Operation   string
-	Username    string
-	Object      []byte
-	OldObject   []byte
+	requestHeader
+	Username  string
+	Object    []byte
+	OldObject []byte
 }
 
 // readReview reads the envelope of body; the objects are not decoded.
@@ -99,17 +95,10 @@ func readReview(body []byte) (*review, error) {
 
 func (q *reviewRequest) read(s *jsonscan.Scanner) {
 	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		if q.readField(key, s) {
+			continue
+		}
 		switch string(key) {
-		case "uid":
-			q.UID, _ = s.String()
-		case "kind":
-			q.Kind.read(s)
-		case "subResource":
-			q.SubResource, _ = s.String()
-		case "namespace":
-			q.Namespace, _ = s.String()
-		case "operation":
-			q.Operation, _ = s.String()
 		case "userInfo":
 			if s.Object() {
 				for key, ok := s.Member(); ok; key, ok = s.Member() {
