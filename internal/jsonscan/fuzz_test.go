@@ -3,6 +3,7 @@ package jsonscan
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -66,6 +67,33 @@ func FuzzCount(f *testing.F) {
 		}
 		if got != want {
 			t.Fatalf("Count(%q) = %+v, encoding/json counts %+v", doc, got, want)
+		}
+	})
+}
+
+// FuzzSkip checks the one-loop skipper against the recursive one and
+// encoding/json: where it answers, it ends where skipValue ends and only on
+// valid JSON; Skip over a whole document accepts what encoding/json does.
+func FuzzSkip(f *testing.F) {
+	for _, seed := range []string{
+		`{"a":[1,-2.5e+3,true,null,"x"],"b":{},"c":[]}`, `[[],[{}],{"a":{"b":[1]}}]`, `{"a":1,}`, `[1,]`, `{"a" :1}`,
+		`{"a":"\n"}`, `{"k":"é"}`, `[01]`, `{"a":tru}`, `{"a":[}`, `{"a":1}}`, `[` + strings.Repeat(`[`, 70) + strings.Repeat(`]`, 71),
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if end, ok := skipFast(doc, 0, 0); ok {
+			want, err := skipValue(doc, 0, 0)
+			if err != nil || end != want {
+				t.Fatalf("skipFast ended at %d, skipValue at %d (err %v)", end, want, err)
+			}
+		}
+		var s Scanner
+		s.Reset(doc)
+		s.Skip()
+		s.End()
+		if got, want := s.Err() == nil, json.Valid(doc); got != want {
+			t.Fatalf("Skip accepted %v, encoding/json %v (err %v)", got, want, s.Err())
 		}
 	})
 }

@@ -242,3 +242,106 @@ func isHex4(b []byte) bool {
 func isHexDigit(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
+
+// skipFast skips the value at d[i] as skipValue does, in one loop and
+// without calls for strings and brackets, for what the apiserver sends:
+// compact JSON, strings without escapes or control characters, nesting at
+// most 64 deep. ok is false at anything else, valid or not; the caller then
+// skips the value again with skipValue, which also names any error. It
+// accepts nothing that skipValue refuses and ends where it does (FuzzSkip).
+func skipFast(d []byte, i, depth int) (end int, ok bool) {
+	var objects uint64 // bit k: the container k levels above the innermost is an object
+	level := 0
+	name := false // a member name comes next
+	for {
+		if i >= len(d) {
+			return i, false
+		}
+		c := d[i]
+		if c == '"' {
+			j := i + 1
+			for ; j+8 <= len(d); j += 8 {
+				if m := specialMask(binary.LittleEndian.Uint64(d[j:])); m != 0 {
+					j += bits.TrailingZeros64(m) >> 3
+					goto found
+				}
+			}
+			for j < len(d) && d[j] != '"' && d[j] != '\\' && d[j] >= ' ' {
+				j++
+			}
+		found:
+			if j >= len(d) || d[j] != '"' {
+				return j, false
+			}
+			i = j + 1
+			if name {
+				if i >= len(d) || d[i] != ':' {
+					return i, false
+				}
+				i++
+				name = false
+				continue
+			}
+		} else if name {
+			return i, false
+		} else if c == '{' || c == '[' {
+			if level == 64 || depth+level+1 > MaxDepth {
+				return i, false
+			}
+			level++
+			objects <<= 1
+			i++
+			closing := byte(']')
+			if c == '{' {
+				objects |= 1
+				closing = '}'
+			}
+			if i >= len(d) || d[i] != closing {
+				name = c == '{'
+				continue
+			}
+			i++
+			level--
+			objects >>= 1
+		} else {
+			var err *lexError
+			switch c {
+			case 't':
+				i, err = skipLiteral(d, i, "true")
+			case 'f':
+				i, err = skipLiteral(d, i, "false")
+			case 'n':
+				i, err = skipLiteral(d, i, "null")
+			default:
+				if c != '-' && (c < '0' || c > '9') {
+					return i, false
+				}
+				i, err = skipNumber(d, i)
+			}
+			if err != nil {
+				return i, false
+			}
+		}
+		// After a value: a comma and the next, or the containers it closes.
+		for {
+			if level == 0 {
+				return i, true
+			}
+			if i >= len(d) {
+				return i, false
+			}
+			object := objects&1 == 1
+			if c := d[i]; c == ',' {
+				i++
+				name = object
+				break
+			} else if object && c == '}' || !object && c == ']' {
+				i++
+				level--
+				objects >>= 1
+				continue
+			}
+			return i, false
+		}
+	}
+}

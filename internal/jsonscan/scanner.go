@@ -305,9 +305,14 @@ func (s *Scanner) Raw() []byte {
 
 // Skip passes over one value, validating it.
 func (s *Scanner) Skip() {
-	if s.err == nil {
-		s.advance(skipValue(s.data, s.pos, s.depth))
+	if s.err != nil {
+		return
 	}
+	if end, ok := skipFast(s.data, s.pos, s.depth); ok {
+		s.pos = end
+		return
+	}
+	s.advance(skipValue(s.data, s.pos, s.depth))
 }
 
 // Peek returns the first byte of the next value without reading it: '{',

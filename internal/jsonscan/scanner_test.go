@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -155,5 +158,60 @@ func TestStringRunStopsAtTheFirstSpecialByte(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSkipFastAgreesWithSkipValue breaks a real review one byte at a time
+// (deleted, or replaced by a byte that matters to JSON's grammar): wherever
+// the one-loop skipper answers, it must end where the recursive one does,
+// which must accept the document.
+func TestSkipFastAgreesWithSkipValue(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "test", "testdata", "admissionreview-pod.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var review struct {
+		Request struct {
+			Object struct {
+				Metadata json.RawMessage `json:"metadata"`
+				Spec     struct {
+					Containers []json.RawMessage `json:"containers"`
+				} `json:"spec"`
+			} `json:"object"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal(doc, &review); err != nil {
+		t.Fatal(err)
+	}
+	// The metadata and a container: every kind of token, 1.8 KiB.
+	doc = slices.Concat([]byte(`{"metadata":`), review.Request.Object.Metadata, []byte(`,"containers":[`),
+		review.Request.Object.Spec.Containers[0], []byte(`]}`))
+	if end, ok := skipFast(doc, 0, 0); !ok || end != len(doc) {
+		t.Fatalf("skipFast(%s) = %d, %v", doc, end, ok)
+	}
+	check := func(d []byte) {
+		end, ok := skipFast(d, 0, 0)
+		want, err := skipValue(d, 0, 0)
+		if ok && (err != nil || end != want) {
+			t.Fatalf("skipFast ended at %d, skipValue at %d (err %v) on %q", end, want, err, d)
+		}
+	}
+	answered := 0
+	for i := range doc {
+		check(slices.Concat(doc[:i], doc[i+1:]))
+		for _, c := range []byte(`{}[],:"\ -0a` + "\x01") {
+			d := slices.Clone(doc)
+			d[i] = c
+			check(d)
+			if _, ok := skipFast(d, 0, 0); ok {
+				answered++
+			}
+		}
+	}
+	if answered == 0 {
+		t.Fatal("skipFast answered on no document")
+	}
+	for _, d := range []string{`{"a":1,2}`, `[1:2]`, `{"a":1]`, `["a":1]`, `{"a"}`, `{1:2}`, `["\u0041"]`} {
+		check([]byte(d))
 	}
 }
