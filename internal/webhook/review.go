@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"encoding/base64"
 	encjson "encoding/json"
 	"errors"
 	"fmt"
@@ -299,7 +298,7 @@ func (r *response) appendJSON(dst []byte) []byte {
 	}
 	if r.patch != nil {
 		dst = append(dst, `,"patchType":"JSONPatch","patch":"`...)
-		dst = base64.StdEncoding.AppendEncode(dst, r.patch)
+		dst = appendBase64(dst, r.patch)
 		dst = append(dst, '"')
 	}
 	if len(r.warnings) > 0 {
