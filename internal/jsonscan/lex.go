@@ -266,9 +266,7 @@ func skipFast(d []byte, i, depth int) (end int, ok bool) {
 					goto found
 				}
 			}
-			for j < len(d) && d[j] != '"' && d[j] != '\\' && d[j] >= ' ' {
-				j++
-			}
+			j = stringRun(d, j, 0) // the last bytes
 		found:
 			if j >= len(d) || d[j] != '"' {
 				return j, false
@@ -303,24 +301,8 @@ func skipFast(d []byte, i, depth int) (end int, ok bool) {
 			i++
 			level--
 			objects >>= 1
-		} else {
-			var err *lexError
-			switch c {
-			case 't':
-				i, err = skipLiteral(d, i, "true")
-			case 'f':
-				i, err = skipLiteral(d, i, "false")
-			case 'n':
-				i, err = skipLiteral(d, i, "null")
-			default:
-				if c != '-' && (c < '0' || c > '9') {
-					return i, false
-				}
-				i, err = skipNumber(d, i)
-			}
-			if err != nil {
-				return i, false
-			}
+		} else if i, ok = skipScalar(d, i); !ok {
+			return i, false
 		}
 		// After a value: a comma and the next, or the containers it closes.
 		for {
@@ -344,4 +326,23 @@ func skipFast(d []byte, i, depth int) (end int, ok bool) {
 			return i, false
 		}
 	}
+}
+
+// skipScalar skips the number or literal at d[i]; ok is false for anything else.
+func skipScalar(d []byte, i int) (int, bool) {
+	var err *lexError
+	switch c := d[i]; c {
+	case 't':
+		i, err = skipLiteral(d, i, "true")
+	case 'f':
+		i, err = skipLiteral(d, i, "false")
+	case 'n':
+		i, err = skipLiteral(d, i, "null")
+	default:
+		if c != '-' && (c < '0' || c > '9') {
+			return i, false
+		}
+		i, err = skipNumber(d, i)
+	}
+	return i, err == nil
 }
