@@ -883,8 +883,11 @@ func (p *plan) seal(signer Signer) error {
 			return err
 		}
 	}
-	records := slices.Concat(p.existing.Sidecars, p.injected)
-	buf := appendStatus(make([]byte, 0, 192*len(records)), records)
+	records := p.injected
+	if len(p.existing.Sidecars) > 0 {
+		records = slices.Concat(p.existing.Sidecars, p.injected)
+	}
+	buf := appendStatus(make([]byte, 0, statusSize(records)), records)
 	p.status = unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
 	return nil
 }
@@ -920,6 +923,21 @@ func appendStatus(buf []byte, records []v1alpha1.InjectionRecord) []byte {
 		buf = appendRecord(buf, &records[i])
 	}
 	return append(buf, "]}"...)
+}
+
+// statusSize is the length of appendStatus's output for records whose
+// strings need no escapes, so that it is written in one allocation.
+func statusSize(records []v1alpha1.InjectionRecord) int {
+	n := len(`{"sidecars":[]}`)
+	for i := range records {
+		r := &records[i]
+		n += len(`{"name":"","revision":"","containers":[],"digest":"","volumeDigest":"","owned":"","signature":""},`) +
+			len(r.Name) + len(r.Revision) + len(r.Digest) + len(r.VolumeDigest) + len(r.Owned) + len(r.Signature)
+		for _, c := range r.Containers {
+			n += len(c) + len(`"",`)
+		}
+	}
+	return n
 }
 
 // appendRecord writes one record as encoding/json would.
