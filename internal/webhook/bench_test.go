@@ -3,12 +3,18 @@ package webhook
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/go-logr/logr"
@@ -48,6 +54,49 @@ func BenchmarkMutatePod(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkMutatePodBesideALiveHeap is the limited realistic review on
+// every core at once, in a process holding LIVE_HEAP_MB (24) of live,
+// pointer-rich heap, under the GOGC that run picks for the webhook (100) and
+// for the controllers (20): the garbage collector marks the whole live heap
+// each cycle, and GOGC sets how often.
+func BenchmarkMutatePodBesideALiveHeap(b *testing.B) {
+	liveMB := 24
+	if v, err := strconv.Atoi(os.Getenv("LIVE_HEAP_MB")); err == nil {
+		liveMB = v
+	}
+	type object struct {
+		next *object
+		refs [5]*object
+	}
+	var live *object
+	for range liveMB << 20 / int(unsafe.Sizeof(object{})) {
+		live = &object{next: live, refs: [5]*object{live}}
+	}
+	body := testReview(b, "admissionreview-pod.json")
+	h := (&Server{Mutator: newMutator(b)}).Handler()
+	for _, gogc := range []int{100, 20} {
+		b.Run(fmt.Sprintf("GOGC=%d", gogc), func(b *testing.B) {
+			defer debug.SetGCPercent(debug.SetGCPercent(gogc))
+			runtime.GC()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req, reset := reusedRequest(PathMutatePods, body)
+				rec := httptest.NewRecorder()
+				for pb.Next() {
+					reset()
+					rec.Body.Reset()
+					h.ServeHTTP(rec, req)
+					if rec.Code != http.StatusOK {
+						b.Error(rec.Body)
+						return
+					}
+				}
+			})
+		})
+	}
+	runtime.KeepAlive(live)
 }
 
 // reusedRequest is a request of body to path, built once, and what makes it
