@@ -27,9 +27,10 @@ type PodView struct {
 type SpecView struct {
 	ServiceAccountName string
 	Containers         []containerView
-	InitContainers     []containerView
-	Volumes            []namedView
-	ImagePullSecrets   []namedView
+	// InitContainers are only named: no Sidecar mounts into them.
+	InitContainers   []namedView
+	Volumes          []namedView
+	ImagePullSecrets []namedView
 }
 
 // MetadataView is the part of a pod's metadata the engine reads.
@@ -184,7 +185,7 @@ func (sp *SpecView) read(s *jsonscan.Scanner) {
 		case "containers":
 			readContainers(s, &sp.Containers)
 		case "initContainers":
-			readContainers(s, &sp.InitContainers)
+			sp.InitContainers = readList(s, sp.InitContainers, readNamed)
 		case "volumes":
 			sp.Volumes = readList(s, sp.Volumes, readNamed)
 		case "imagePullSecrets":
@@ -317,20 +318,22 @@ func viewOfPod(pod *corev1.Pod) *PodView {
 	v := &PodView{Metadata: metadataOf(pod), Spec: &SpecView{}}
 	v.Spec.ServiceAccountName = pod.Spec.ServiceAccountName
 	v.Spec.Containers = containerViews(pod.Spec.Containers)
-	v.Spec.InitContainers = containerViews(pod.Spec.InitContainers)
-	if pod.Spec.Volumes != nil {
-		v.Spec.Volumes = make([]namedView, len(pod.Spec.Volumes))
-		for i := range pod.Spec.Volumes {
-			v.Spec.Volumes[i].Name = pod.Spec.Volumes[i].Name
-		}
-	}
-	if pod.Spec.ImagePullSecrets != nil {
-		v.Spec.ImagePullSecrets = make([]namedView, len(pod.Spec.ImagePullSecrets))
-		for i := range pod.Spec.ImagePullSecrets {
-			v.Spec.ImagePullSecrets[i].Name = pod.Spec.ImagePullSecrets[i].Name
-		}
-	}
+	v.Spec.InitContainers = namedViews(pod.Spec.InitContainers, func(c *corev1.Container) string { return c.Name })
+	v.Spec.Volumes = namedViews(pod.Spec.Volumes, func(v *corev1.Volume) string { return v.Name })
+	v.Spec.ImagePullSecrets = namedViews(pod.Spec.ImagePullSecrets, func(r *corev1.LocalObjectReference) string { return r.Name })
 	return v
+}
+
+// namedViews are the names of items, nil for nil.
+func namedViews[T any](items []T, name func(*T) string) []namedView {
+	if items == nil {
+		return nil
+	}
+	out := make([]namedView, len(items))
+	for i := range items {
+		out[i].Name = name(&items[i])
+	}
+	return out
 }
 
 func containerViews(cs []corev1.Container) []containerView {
