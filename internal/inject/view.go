@@ -1,6 +1,8 @@
 package inject
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -207,13 +209,23 @@ func readNamed(s *jsonscan.Scanner, v *namedView) {
 }
 
 func readContainers(s *jsonscan.Scanner, dst *[]containerView) {
+	var mounts []mountView // shared by the containers' lists as they are read
 	*dst = readList(s, *dst, func(s *jsonscan.Scanner, c *containerView) {
 		readFields(s, func(key []byte) bool {
 			switch string(key) {
 			case "name":
 				readString(s, &c.Name)
 			case "volumeMounts":
-				c.VolumeMounts = readList(s, c.VolumeMounts, readMount)
+				if c.VolumeMounts != nil { // a repeated key decodes over the first list
+					c.VolumeMounts = readList(s, c.VolumeMounts, readMount)
+					break
+				}
+				mounts = readList(s, mounts[:0], readMount)
+				if mounts != nil {
+					// One allocation of the list's size, where growing it
+					// took two for a container of five.
+					c.VolumeMounts = slices.Clone(mounts)
+				}
 			default:
 				return false
 			}
