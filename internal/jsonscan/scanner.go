@@ -237,6 +237,13 @@ func (s *Scanner) next(closing byte) bool {
 
 // String reads a string value; ok is false for null and on error.
 func (s *Scanner) String() (value string, ok bool) {
+	// Fast path for the usual value: plain ASCII.
+	if d, i := s.data, s.pos; s.err == nil && i < len(d) && d[i] == '"' {
+		if j := stringRun(d, i+1, highs); j < len(d) && d[j] == '"' {
+			s.pos = j + 1
+			return s.intern(d[i+1 : j]), s.err == nil
+		}
+	}
 	switch s.peek() {
 	case '"':
 		b := s.string()
