@@ -69,7 +69,10 @@ func TestDecodingDrawsWhatItKeeps(t *testing.T) {
 			strings.Repeat(`"k":"v",`, 1000) + `"k":"v"}}},"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE"}}`),
 		"256 KiB of labels":          amplified(`,"labels":{`, `"a":""`, "}}", size),
 		"256 KiB of null containers": amplified(`},"spec":{"containers":[`, `null`, "]}", size),
-		"256 KiB of invalid UTF-8":   amplified(`,"labels":{"a":"`+string(bytes.Repeat([]byte{0xff}, size))+`",`, `"b":""`, "}}", 0),
+		// 2^16+1 elements: the list has just doubled, then it is copied at its size.
+		"a list of null mounts that just doubled": amplified(`},"spec":{"containers":[{"name":"a","volumeMounts":[`,
+			strings.Repeat(`null,`, 1<<16)+`null`, "]}]}", 0),
+		"256 KiB of invalid UTF-8": amplified(`,"labels":{"a":"`+string(bytes.Repeat([]byte{0xff}, size))+`",`, `"b":""`, "}}", 0),
 	}
 	for name, body := range fits {
 		charged, allocated, err := drawn(t, body)

@@ -148,9 +148,10 @@ func (e *badRequest) Error() string { return e.msg }
 // The pod view's costs, for the budget its decoding draws on: the most an
 // object or array it enters keeps (a label map made for 8 entries, about
 // 300 bytes), and for each member or element a list slot of up to 48
-// bytes, which a list that doubles as it grows allocates up to 4 times over
+// bytes, which a list that doubles as it grows allocates up to 4 times over,
+// and a container's mounts once more when they are copied at their size
 // (or a map entry, less).
-var viewCosts = jsonscan.Costs{PerOpen: 512, PerValue: 192}
+var viewCosts = jsonscan.Costs{PerOpen: 512, PerValue: 240}
 
 // decodePodReview reads the review in body, drawing what it keeps from b.
 func decodePodReview(body []byte, r *podReview, b *budget) error {
