@@ -364,14 +364,17 @@ func (s *Scanner) string() []byte {
 	if !escaped && (ascii || utf8.Valid(raw)) {
 		return raw
 	}
-	// Invalid UTF-8 decodes to U+FFFD, 3 bytes a byte: charge the growth first.
-	if grow := 3*len(raw) - cap(s.scratch); grow > 0 {
-		if s.charge(int64(grow)); s.err != nil {
+	// Invalid UTF-8 decodes to U+FFFD, 3 bytes a byte. A bigger buffer is a
+	// new one, charged whole: strings a byte longer each would otherwise
+	// allocate their length each for a charge of 3 bytes. Doubling keeps
+	// their sum within twice the longest.
+	if need := 3 * len(raw); need > cap(s.scratch) {
+		size := max(need, 2*cap(s.scratch))
+		if s.charge(int64(size)); s.err != nil {
 			return nil
 		}
-		// Once, not by a quarter at a time; make, as slices.Grow allocates
-		// twice under the race detector.
-		s.scratch = make([]byte, 0, 3*len(raw))
+		// make, as slices.Grow allocates twice under the race detector.
+		s.scratch = make([]byte, 0, size)
 	}
 	s.scratch = unquote(s.scratch[:0], raw)
 	return s.scratch
