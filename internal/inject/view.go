@@ -220,11 +220,14 @@ func readContainers(s *jsonscan.Scanner, dst *[]containerView) {
 					c.VolumeMounts = readList(s, c.VolumeMounts, readMount)
 					break
 				}
-				mounts = readList(s, mounts[:0], readMount)
-				if mounts != nil {
+				read := readList(s, mounts[:0], readMount)
+				if read != nil {
 					// One allocation of the list's size, where growing it
 					// took two for a container of five.
-					c.VolumeMounts = slices.Clone(mounts)
+					c.VolumeMounts = slices.Clone(read)
+				}
+				if cap(read) > cap(mounts) { // kept through null and [], not grown again
+					mounts = read
 				}
 			default:
 				return false
@@ -264,7 +267,10 @@ func readFields(s *jsonscan.Scanner, field func(key []byte) bool) {
 }
 
 // readList reads an array into dst, nil for null. As encoding/json does, it
-// decodes over the elements already in dst, as a repeated key leaves them.
+// decodes over the elements already in dst, as a repeated key leaves them;
+// unlike it, elements past dst's length start from zero, where encoding/json
+// brings back those a shorter list before left in the capacity. Only a
+// forged review repeats a key: the apiserver writes each once.
 func readList[T any](s *jsonscan.Scanner, dst []T, read func(*jsonscan.Scanner, *T)) []T {
 	if !s.Array() {
 		return nil

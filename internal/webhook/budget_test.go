@@ -41,6 +41,19 @@ func amplified(open, item, closing string, size int) []byte {
 	return []byte(b.String())
 }
 
+// growingNames is a review whose top level holds members named by 1, 2, 3
+// and more bytes of invalid UTF-8, 256 KiB in all.
+func growingNames() []byte {
+	var b strings.Builder
+	b.WriteString(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",`)
+	for n := 1; b.Len() < 256<<10; n++ {
+		b.WriteString(`"` + string(bytes.Repeat([]byte{0xff}, n)) + `":0,`)
+	}
+	b.WriteString(`"request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"namespace":"default","operation":"CREATE",` +
+		`"object":{"metadata":{"name":"p","namespace":"default"}}}}`)
+	return []byte(b.String())
+}
+
 // numbered is amplified to 256 KiB with the item a format of the item's
 // number, for objects whose member names must differ.
 func numbered(open, itemFormat, closing string) []byte {
@@ -72,6 +85,13 @@ func TestDecodingDrawsWhatItKeeps(t *testing.T) {
 		// 2^16+1 elements: the list has just doubled, then it is copied at its size.
 		"a list of null mounts that just doubled": amplified(`},"spec":{"containers":[{"name":"a","volumeMounts":[`,
 			strings.Repeat(`null,`, 1<<16)+`null`, "]}]}", 0),
+		// Each name a byte longer than the last: each decodes into a new,
+		// bigger scratch buffer (helper review, issue 30's third stop).
+		"member names of growing invalid UTF-8": growingNames(),
+		// The list shared by the containers' mounts must not be thrown away
+		// by a container without mounts, to grow again for the next.
+		"containers alternating 1,025 null mounts and none": amplified(`},"spec":{"containers":[`,
+			`{"name":"a","volumeMounts":[`+strings.Repeat(`null,`, 1024)+`null]},{"name":"b","volumeMounts":[]}`, "]}", 750<<10),
 		"256 KiB of invalid UTF-8": amplified(`,"labels":{"a":"`+string(bytes.Repeat([]byte{0xff}, size))+`",`, `"b":""`, "}}", 0),
 	}
 	for name, body := range fits {
