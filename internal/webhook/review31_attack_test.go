@@ -36,23 +36,18 @@ func review31Measure(call func()) (allocated int64, took time.Duration) {
 // review31Status is a status annotation of records records, each naming
 // the container name perRecord times: under inject.MaxStatusBytes.
 func review31Status(records, perRecord int, name string) string {
-	var b strings.Builder
-	b.WriteString(`{"sidecars":[`)
-	for i := range records {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		b.WriteString(`{"containers":[`)
-		for j := range perRecord {
-			if j > 0 {
-				b.WriteString(",")
-			}
-			b.WriteString(`"` + name + `"`)
-		}
-		b.WriteString(`]}`)
+	return `{"sidecars":[` + commaList(records, func(int) string {
+		return `{"containers":[` + commaList(perRecord, func(int) string { return `"` + name + `"` }) + `]}`
+	}) + `]}`
+}
+
+// commaList joins n items with commas, the ith made by item.
+func commaList(n int, item func(i int) string) string {
+	items := make([]string, n)
+	for i := range items {
+		items[i] = item(i)
 	}
-	b.WriteString(`]}`)
-	return b.String()
+	return strings.Join(items, ",")
 }
 
 func review31PodReview(op string, object, oldObject any) []byte {
@@ -185,15 +180,9 @@ func TestAttack31QuantityExponent(t *testing.T) {
 func TestAttack31SidecarParametersTimesTemplates(t *testing.T) {
 	v := review31Validator(t)
 	review31WarmSidecars(v)
-	var params strings.Builder
-	for i := range 2000 {
-		if i > 0 {
-			params.WriteString(",")
-		}
-		fmt.Fprintf(&params, `{"name":"p%d","annotation":"x"}`, i)
-	}
+	params := commaList(2000, func(i int) string { return fmt.Sprintf(`{"name":"p%d","annotation":"x"}`, i) })
 	review31Check(t, "2000 parameters, 8000 templates", v.validateSidecars, review31Sidecar(
-		`"parameters":[`+params.String()+`],"containers":[{"name":"a","image":"i","args":[`, `"{{0}}"`, "]}]", 128<<10))
+		`"parameters":[`+params+`],"containers":[{"name":"a","image":"i","args":[`, `"{{0}}"`, "]}]", 128<<10))
 }
 
 // TestAttack31SidecarTemplatesOutgrowCharge: each templated string is parsed

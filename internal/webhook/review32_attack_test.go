@@ -10,21 +10,10 @@ import (
 // review32Sidecar is a Sidecar review of containers containers, each with
 // perContainer args of arg.
 func review32Sidecar(containers, perContainer int, arg string) []byte {
-	var c strings.Builder
-	for i := range containers {
-		if i > 0 {
-			c.WriteString(",")
-		}
-		fmt.Fprintf(&c, `{"name":"c%d","image":"i","args":[`, i)
-		for j := range perContainer {
-			if j > 0 {
-				c.WriteString(",")
-			}
-			c.WriteString(`"` + arg + `"`)
-		}
-		c.WriteString("]}")
-	}
-	return review31Sidecar(`"containers":[`+c.String()+",", `{"name":"z","image":"i"}`, "]", 0)
+	c := commaList(containers, func(i int) string {
+		return fmt.Sprintf(`{"name":"c%d","image":"i","args":[`, i) + commaList(perContainer, func(int) string { return `"` + arg + `"` }) + "]}"
+	})
+	return review31Sidecar(`"containers":[`+c+",", `{"name":"z","image":"i"}`, "]", 0)
 }
 
 // TestAttack32SidecarManyNodeTemplates: 32 containers x 256 templated
@@ -68,13 +57,7 @@ func TestAttack32StatusRecordErrors(t *testing.T) {
 	v := review31Validator(t)
 	warm := testReview(t, "admissionreview-pod.json")
 	v.validatePods(httptest.NewRecorder(), nil, &warm, nil)
-	rec := func(n int, f func(i int) string) string {
-		parts := make([]string, n)
-		for i := range parts {
-			parts[i] = f(i)
-		}
-		return `{"sidecars":[` + strings.Join(parts, ",") + `]}`
-	}
+	rec := func(n int, f func(i int) string) string { return `{"sidecars":[` + commaList(n, f) + `]}` }
 	review31Check(t, "256 empty records", v.validatePods, review32PodCreate(rec(256, func(int) string { return "{}" })))
 	review31Check(t, "256 unknown names", v.validatePods, review32PodCreate(rec(256, func(i int) string { return fmt.Sprintf(`{"name":"%x"}`, i) })))
 	review31Check(t, "256 records, 64 empty names", v.validatePods, review32PodCreate(rec(256, func(i int) string {
@@ -88,13 +71,7 @@ func TestAttack32StatusRecordErrors(t *testing.T) {
 func TestAttack33TemplatesOutsideContainers(t *testing.T) {
 	v := review31Validator(t)
 	review31WarmSidecars(v)
-	var meta strings.Builder
-	for i := range 12000 {
-		if i > 0 {
-			meta.WriteString(",")
-		}
-		fmt.Fprintf(&meta, `"a%d":"{{if .Pod.Name}}x{{end}}"`, i)
-	}
+	meta := commaList(12000, func(i int) string { return fmt.Sprintf(`"a%d":"{{if .Pod.Name}}x{{end}}"`, i) })
 	review31Check(t, "12,000 podMetadata templates", v.validateSidecars, review31Sidecar(
-		`"podMetadata":{"annotations":{`+meta.String()+`}},"containers":[`, `{"name":"a","image":"i"}`, "]", 0))
+		`"podMetadata":{"annotations":{`+meta+`}},"containers":[`, `{"name":"a","image":"i"}`, "]", 0))
 }
