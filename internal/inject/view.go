@@ -209,32 +209,38 @@ func readNamed(s *jsonscan.Scanner, v *namedView) {
 }
 
 func readContainers(s *jsonscan.Scanner, dst *[]containerView) {
-	var mounts []mountView // shared by the containers' lists as they are read
+	var shared []mountView // grown once for the pod's containers
 	*dst = readList(s, *dst, func(s *jsonscan.Scanner, c *containerView) {
 		readFields(s, func(key []byte) bool {
 			switch string(key) {
 			case "name":
 				readString(s, &c.Name)
 			case "volumeMounts":
-				if c.VolumeMounts != nil { // a repeated key decodes over the first list
-					c.VolumeMounts = readList(s, c.VolumeMounts, readMount)
-					break
-				}
-				read := readList(s, mounts[:0], readMount)
-				if read != nil {
-					// One allocation of the list's size, where growing it
-					// took two for a container of five.
-					c.VolumeMounts = slices.Clone(read)
-				}
-				if cap(read) > cap(mounts) { // kept through null and [], not grown again
-					mounts = read
-				}
+				c.VolumeMounts = readMounts(s, c.VolumeMounts, &shared)
 			default:
 				return false
 			}
 			return true
 		})
 	})
+}
+
+// readMounts reads a container's volumeMounts into *shared and returns a
+// copy at their size: one allocation, where growing the list took two for a
+// container of five. *shared is kept through null and [], not grown again.
+// A repeated key decodes over dst, the first list.
+func readMounts(s *jsonscan.Scanner, dst []mountView, shared *[]mountView) []mountView {
+	if dst != nil {
+		return readList(s, dst, readMount)
+	}
+	read := readList(s, (*shared)[:0], readMount)
+	if cap(read) > cap(*shared) {
+		*shared = read
+	}
+	if read == nil {
+		return nil
+	}
+	return slices.Clone(read)
 }
 
 func readMount(s *jsonscan.Scanner, m *mountView) {
