@@ -1,8 +1,6 @@
 package inject
 
 import (
-	"slices"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -23,6 +21,62 @@ type PodView struct {
 	// Storage for Metadata and Spec, saving an allocation each.
 	metadata MetadataView
 	spec     SpecView
+	// kept is what reading grows, kept through Reset for the next pod.
+	kept viewStorage
+}
+
+// viewStorage holds the arrays and maps a view's lists and maps are read
+// into, so that a view read pod after pod (Reset) allocates them once.
+// Each is dropped when a pod grew it past keptEntries, so that a large
+// review's storage is not held.
+type viewStorage struct {
+	containers                 []containerView
+	init, volumes, pullSecrets []namedView
+	// mounts are the containers' volumeMounts, back to back in one array
+	// grown by doubling; each container's is a slice of it.
+	mounts              []mountView
+	labels, annotations map[string]string
+}
+
+// keptEntries is the most elements or entries Reset keeps of each list or map.
+const keptEntries = 64
+
+// Reset empties v for another pod, keeping the storage the last one grew.
+func (v *PodView) Reset() {
+	k := v.kept
+	*v = PodView{}
+	v.kept.containers = reuse(k.containers)
+	v.kept.init, v.kept.volumes, v.kept.pullSecrets = reuse(k.init), reuse(k.volumes), reuse(k.pullSecrets)
+	v.kept.mounts = reuse(k.mounts)
+	v.kept.labels, v.kept.annotations = reuseMap(k.labels), reuseMap(k.annotations)
+}
+
+// reuse empties list for another pod, or drops it if it grew large.
+func reuse[T any](list []T) []T {
+	if cap(list) > keptEntries {
+		return nil
+	}
+	clear(list[:cap(list)]) // holds no strings of the last pod
+	return list[:0]
+}
+
+// reuseMap empties m for another pod, or drops it if it grew large: its
+// buckets stay, and clearing them would cost each pod after.
+func reuseMap(m map[string]string) map[string]string {
+	if len(m) > keptEntries {
+		return nil
+	}
+	clear(m)
+	return m
+}
+
+// keep returns what to keep of list after a read into storage: the list's
+// array when it grew past storage's.
+func keep[T any](storage, list []T) []T {
+	if cap(list) > cap(storage) {
+		return list[:0]
+	}
+	return storage
 }
 
 // SpecView is the part of a pod's spec the engine reads.
@@ -104,7 +158,7 @@ func (v *PodView) Read(s *jsonscan.Scanner) {
 			if v.Metadata == nil {
 				v.Metadata = &v.metadata
 			}
-			v.Metadata.read(s)
+			v.Metadata.read(s, &v.kept)
 		case "spec":
 			if s.Null() {
 				v.Spec = nil
@@ -113,14 +167,14 @@ func (v *PodView) Read(s *jsonscan.Scanner) {
 			if v.Spec == nil {
 				v.Spec = &v.spec
 			}
-			v.Spec.read(s)
+			v.Spec.read(s, &v.kept)
 		default:
 			s.Skip()
 		}
 	}
 }
 
-func (m *MetadataView) read(s *jsonscan.Scanner) {
+func (m *MetadataView) read(s *jsonscan.Scanner, kept *viewStorage) {
 	if !s.Object() {
 		return
 	}
@@ -133,9 +187,9 @@ func (m *MetadataView) read(s *jsonscan.Scanner) {
 		case "namespace":
 			readString(s, &m.Namespace)
 		case "labels":
-			readMap(s, &m.Labels)
+			readMap(s, &m.Labels, &kept.labels)
 		case "annotations":
-			readMap(s, &m.Annotations)
+			readMap(s, &m.Annotations, &kept.annotations)
 		case "ownerReferences":
 			m.ownerReferences, m.owner = s.Raw(), nil
 		default:
@@ -176,7 +230,7 @@ func readController(s *jsonscan.Scanner) ownerView {
 	return found
 }
 
-func (sp *SpecView) read(s *jsonscan.Scanner) {
+func (sp *SpecView) read(s *jsonscan.Scanner, kept *viewStorage) {
 	if !s.Object() {
 		return
 	}
@@ -185,13 +239,13 @@ func (sp *SpecView) read(s *jsonscan.Scanner) {
 		case "serviceAccountName":
 			readString(s, &sp.ServiceAccountName)
 		case "containers":
-			readContainers(s, &sp.Containers)
+			sp.Containers = readContainers(s, sp.Containers, kept)
 		case "initContainers":
-			sp.InitContainers = readList(s, sp.InitContainers, readNamed)
+			sp.InitContainers = readKept(s, sp.InitContainers, &kept.init, readNamed)
 		case "volumes":
-			sp.Volumes = readList(s, sp.Volumes, readNamed)
+			sp.Volumes = readKept(s, sp.Volumes, &kept.volumes, readNamed)
 		case "imagePullSecrets":
-			sp.ImagePullSecrets = readList(s, sp.ImagePullSecrets, readNamed)
+			sp.ImagePullSecrets = readKept(s, sp.ImagePullSecrets, &kept.pullSecrets, readNamed)
 		default:
 			s.Skip()
 		}
@@ -208,15 +262,25 @@ func readNamed(s *jsonscan.Scanner, v *namedView) {
 	})
 }
 
-func readContainers(s *jsonscan.Scanner, dst *[]containerView) {
-	var shared []mountView // grown once for the pod's containers
-	*dst = readList(s, *dst, func(s *jsonscan.Scanner, c *containerView) {
+// readKept reads a list into dst, or when dst is nil (the key's first
+// time) into *storage, which keeps the array it grew.
+func readKept[T any](s *jsonscan.Scanner, dst []T, storage *[]T, read func(*jsonscan.Scanner, *T)) []T {
+	if dst != nil {
+		return readList(s, dst, read)
+	}
+	list := readList(s, (*storage)[:0], read)
+	*storage = keep(*storage, list)
+	return list
+}
+
+func readContainers(s *jsonscan.Scanner, dst []containerView, kept *viewStorage) []containerView {
+	return readKept(s, dst, &kept.containers, func(s *jsonscan.Scanner, c *containerView) {
 		readFields(s, func(key []byte) bool {
 			switch string(key) {
 			case "name":
 				readString(s, &c.Name)
 			case "volumeMounts":
-				c.VolumeMounts = readMounts(s, c.VolumeMounts, &shared)
+				c.VolumeMounts = readMounts(s, c.VolumeMounts, &kept.mounts)
 			default:
 				return false
 			}
@@ -225,22 +289,33 @@ func readContainers(s *jsonscan.Scanner, dst *[]containerView) {
 	})
 }
 
-// readMounts reads a container's volumeMounts into *shared and returns a
-// copy at their size: one allocation, where growing the list took two for a
-// container of five. *shared is kept through null and [], not grown again.
+// readMounts appends a container's volumeMounts to *all, the pod's mounts
+// back to back, and returns them, capped at their length: one array grown
+// by doubling holds every container's, where a list each took one or two
+// allocations. An array outgrown stays with the containers read into it.
 // A repeated key decodes over dst, the first list.
-func readMounts(s *jsonscan.Scanner, dst []mountView, shared *[]mountView) []mountView {
+func readMounts(s *jsonscan.Scanner, dst []mountView, all *[]mountView) []mountView {
 	if dst != nil {
 		return readList(s, dst, readMount)
 	}
-	read := readList(s, (*shared)[:0], readMount)
-	if cap(read) > cap(*shared) {
-		*shared = read
-	}
-	if read == nil {
+	if !s.Array() {
 		return nil
 	}
-	return slices.Clone(read)
+	start := len(*all)
+	n := start
+	for ; s.Element(); n++ {
+		if n == cap(*all) {
+			grown := make([]mountView, n, max(2*n, 8))
+			copy(grown, *all)
+			*all = grown
+		}
+		*all = append(*all, mountView{})
+		readMount(s, &(*all)[n])
+	}
+	if n == start {
+		return []mountView{}
+	}
+	return (*all)[start:n:n]
 }
 
 func readMount(s *jsonscan.Scanner, m *mountView) {
@@ -303,8 +378,9 @@ func readList[T any](s *jsonscan.Scanner, dst []T, read func(*jsonscan.Scanner, 
 }
 
 // readMap reads an object of strings into *m, keeping entries already there
-// as encoding/json does; null clears it.
-func readMap(s *jsonscan.Scanner, m *map[string]string) {
+// as encoding/json does; null clears it. A map is made in *kept, emptied,
+// when *m has none.
+func readMap(s *jsonscan.Scanner, m *map[string]string, kept *map[string]string) {
 	if !s.Object() {
 		if s.Err() == nil {
 			*m = nil
@@ -312,7 +388,11 @@ func readMap(s *jsonscan.Scanner, m *map[string]string) {
 		return
 	}
 	if *m == nil {
-		*m = make(map[string]string, 8)
+		// The key again, after null, starts empty.
+		if *kept = reuseMap(*kept); *kept == nil {
+			*kept = make(map[string]string, 8)
+		}
+		*m = *kept
 	}
 	for key, ok := s.MemberName(); ok; key, ok = s.MemberName() {
 		v, _ := s.String()

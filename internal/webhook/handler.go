@@ -188,6 +188,11 @@ func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte, b *
 	defer putBuf(out)
 	body := *in
 	var review podReview
+	defer func() {
+		if review.Request != nil {
+			review.Request.release()
+		}
+	}()
 	if err := decodePodReview(body, &review, b); err != nil {
 		if !answerLimit(w, err) {
 			http.Error(w, err.Error(), http.StatusBadRequest)

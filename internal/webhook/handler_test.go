@@ -209,3 +209,34 @@ func TestMutatePodCountsInjectionsAndSkips(t *testing.T) {
 		t.Errorf("skips by annotation counted %v, want 1", got)
 	}
 }
+
+// TestAReviewSeesNothingOfTheOneBefore: reviews reuse pooled requests; a
+// pod reviewed after an injected one, or after a review refused partway
+// through its pod, is answered as it is alone.
+func TestAReviewSeesNothingOfTheOneBefore(t *testing.T) {
+	m := newMutator(t)
+	injected := testReview(t, "admissionreview-pod.json")
+	plain := []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},` +
+		`"namespace":"shop","operation":"CREATE","object":{"metadata":{"generateName":"plain-"},"spec":{"containers":[{"name":"app","image":"app:1"}]}}}}`)
+	cut := injected[:bytes.LastIndex(injected, []byte(`"tolerations"`))]
+	serve := func(body []byte) (int, string) {
+		rec := post(t, m, "application/json", body)
+		return rec.Code, rec.Body.String()
+	}
+	_, alone := serve(plain)
+	if strings.Contains(alone, `"patch"`) {
+		t.Fatalf("the plain pod is injected alone: %s", alone)
+	}
+	_, injectedAlone := serve(injected)
+	for i, body := range [][]byte{injected, plain, cut, plain, injected, cut, injected} {
+		code, got := serve(body)
+		switch {
+		case bytes.Equal(body, plain) && got != alone:
+			t.Errorf("review %d: the plain pod after another is answered\n%s\nalone\n%s", i, got, alone)
+		case bytes.Equal(body, injected) && got != injectedAlone:
+			t.Errorf("review %d: the injected pod after another is answered\n%s\nalone\n%s", i, got, injectedAlone)
+		case bytes.Equal(body, cut) && code != http.StatusBadRequest:
+			t.Errorf("review %d: the cut review is answered %d", i, code)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -64,6 +65,17 @@ type podRequest struct {
 	// ObjectJSON is the pod as sent, for the rare reads the view does not cover.
 	ObjectJSON []byte
 	fullSpec   fullSpec
+}
+
+// requests are the podRequests of reviews done, their views' storage kept:
+// a review takes one when it reads a request and puts it back (release).
+var requests = sync.Pool{New: func() any { return new(podRequest) }}
+
+// release empties q, keeping its view's storage, and pools it.
+func (q *podRequest) release() {
+	q.Object.Reset()
+	*q = podRequest{Object: q.Object}
+	requests.Put(q)
 }
 
 // fullSpec is the pod's spec decoded in full, for the few pods whose spec
@@ -148,10 +160,10 @@ func (e *badRequest) Error() string { return e.msg }
 // The pod view's costs, for the budget its decoding draws on: the most an
 // object or array it enters keeps (a label map made for 8 entries, about
 // 300 bytes), and for each member or element a list slot of up to 48
-// bytes, which a list that doubles as it grows allocates up to 4 times over,
-// and a container's mounts once more when they are copied at their size
-// (or a map entry, less).
-var viewCosts = jsonscan.Costs{PerOpen: 512, PerValue: 240}
+// bytes, which a list that doubles as it grows allocates up to 4 times over
+// (the containers' volumeMounts are one such list for the pod), or a map
+// entry, less.
+var viewCosts = jsonscan.Costs{PerOpen: 512, PerValue: 192}
 
 // decodePodReview reads the review in body, drawing what it keeps from b.
 func decodePodReview(body []byte, r *podReview, b *budget) error {
@@ -174,7 +186,7 @@ func decodePodReview(body []byte, r *podReview, b *budget) error {
 					continue
 				}
 				if r.Request == nil {
-					r.Request = &podRequest{}
+					r.Request = requests.Get().(*podRequest)
 				}
 				objectPending = r.Request.read(&s)
 			default:
@@ -241,7 +253,7 @@ func (q *podRequest) read(s *jsonscan.Scanner) (pending bool) {
 		case "object":
 			start := s.Offset()
 			if q.Kind.isPod() {
-				q.Object = inject.PodView{}
+				q.Object.Reset()
 				q.Object.Read(s)
 				q.ObjectJSON = s.Bytes(start, s.Offset())
 				q.fullSpec.raw = q.ObjectJSON
