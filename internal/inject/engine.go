@@ -9,12 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/jsonscan"
 	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
@@ -128,7 +128,8 @@ type plan struct {
 	injected []v1alpha1.InjectionRecord // the records of selected, set by seal
 	// namespace is the pod's, or the request's when the pod names none.
 	namespace string
-	status    string // new status annotation value, set by seal
+	// statusLiteral is the new status annotation's value as a JSON string, set by seal.
+	statusLiteral []byte
 	addLabel  bool
 	// addMetadata is set for a pod without metadata: the patch creates it first.
 	addMetadata bool
@@ -887,8 +888,7 @@ func (p *plan) seal(signer Signer) error {
 	if len(p.existing.Sidecars) > 0 {
 		records = slices.Concat(p.existing.Sidecars, p.injected)
 	}
-	buf := appendStatus(make([]byte, 0, statusSize(records)), records)
-	p.status = unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
+	p.statusLiteral = statusLiteral(records)
 	return nil
 }
 
@@ -913,55 +913,123 @@ func (s *selection) record(rec *v1alpha1.InjectionRecord, podVolume func(string)
 	return &r.rendering, nil
 }
 
+// recordSyntax is how the status annotation is written: as JSON
+// (jsonSyntax), or as that JSON reads inside a JSON string (stringSyntax),
+// each quote escaped, as the patch holds it. Only records of plain strings
+// (plainRecords) are written in stringSyntax: their values read the same in
+// both, as they are.
+type recordSyntax struct {
+	quote, open, name, revision, containers, digest, volumeDigest, owned, signature string
+	// raw: values are written between quotes as they are, not escaped.
+	raw bool
+}
+
+var (
+	jsonSyntax = recordSyntax{quote: `"`, open: `{"sidecars":[`, name: `{"name":`, revision: `,"revision":`,
+		containers: `,"containers":[`, digest: `,"digest":`, volumeDigest: `,"volumeDigest":`, owned: `,"owned":`,
+		signature: `,"signature":`}
+	stringSyntax = jsonSyntax.inString()
+)
+
+func (s recordSyntax) inString() recordSyntax {
+	e := func(v string) string { return strings.ReplaceAll(v, `"`, `\"`) }
+	return recordSyntax{quote: e(s.quote), open: e(s.open), name: e(s.name), revision: e(s.revision),
+		containers: e(s.containers), digest: e(s.digest), volumeDigest: e(s.volumeDigest), owned: e(s.owned),
+		signature: e(s.signature), raw: true}
+}
+
+func (s *recordSyntax) appendValue(buf []byte, v string) []byte {
+	if !s.raw {
+		return appendJSONString(buf, v)
+	}
+	buf = append(buf, s.quote...)
+	buf = append(buf, v...)
+	return append(buf, s.quote...)
+}
+
 // appendStatus writes the status annotation's value for records.
-func appendStatus(buf []byte, records []v1alpha1.InjectionRecord) []byte {
-	buf = append(buf, `{"sidecars":[`...)
+func appendStatus(buf []byte, records []v1alpha1.InjectionRecord, syn *recordSyntax) []byte {
+	buf = append(buf, syn.open...)
 	for i := range records {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = appendRecord(buf, &records[i])
+		buf = appendRecord(buf, &records[i], syn)
 	}
 	return append(buf, "]}"...)
 }
 
-// statusSize is the length of appendStatus's output for records whose
-// strings need no escapes, so that it is written in one allocation.
-func statusSize(records []v1alpha1.InjectionRecord) int {
-	n := len(`{"sidecars":[]}`)
+// statusLiteral is the status annotation's value for records as a JSON
+// string, as the patch holds it, in one allocation: written escaped when
+// every string is plain, the usual record; else written, then quoted.
+func statusLiteral(records []v1alpha1.InjectionRecord) []byte {
+	if !plainRecords(records) {
+		return appendJSONString(nil, string(appendStatus(nil, records, &jsonSyntax)))
+	}
+	buf := make([]byte, 0, statusSize(records, &stringSyntax))
+	buf = append(buf, '"')
+	buf = appendStatus(buf, records, &stringSyntax)
+	return append(buf, '"')
+}
+
+// plainRecords reports whether every string of records reads the same
+// inside a JSON string as it is.
+func plainRecords(records []v1alpha1.InjectionRecord) bool {
 	for i := range records {
 		r := &records[i]
-		n += len(`{"name":"","revision":"","containers":[],"digest":"","volumeDigest":"","owned":"","signature":""},`) +
+		for _, v := range [...]string{r.Name, r.Revision, r.Digest, r.VolumeDigest, r.Owned, r.Signature} {
+			if !jsonscan.Plain(v) {
+				return false
+			}
+		}
+		for _, c := range r.Containers {
+			if !jsonscan.Plain(c) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// statusSize is at least the length of statusLiteral's output for records
+// of plain strings, so that it is written in one allocation.
+func statusSize(records []v1alpha1.InjectionRecord, syn *recordSyntax) int {
+	q := len(syn.quote)
+	n := len(`""`) + len(syn.open) + len("]}")
+	for i := range records {
+		r := &records[i]
+		n += len(syn.name) + len(syn.revision) + len(syn.containers) + len("]") + len(syn.digest) + len(syn.volumeDigest) +
+			len(syn.owned) + len(syn.signature) + len("},") + 6*2*q +
 			len(r.Name) + len(r.Revision) + len(r.Digest) + len(r.VolumeDigest) + len(r.Owned) + len(r.Signature)
 		for _, c := range r.Containers {
-			n += len(c) + len(`"",`)
+			n += len(c) + 2*q + len(",")
 		}
 	}
 	return n
 }
 
-// appendRecord writes one record as encoding/json would.
-func appendRecord(buf []byte, r *v1alpha1.InjectionRecord) []byte {
-	buf = append(buf, `{"name":`...)
-	buf = appendJSONString(buf, r.Name)
-	buf = append(buf, `,"revision":`...)
-	buf = appendJSONString(buf, r.Revision)
+// appendRecord writes one record as encoding/json would, in syn.
+func appendRecord(buf []byte, r *v1alpha1.InjectionRecord, syn *recordSyntax) []byte {
+	buf = append(buf, syn.name...)
+	buf = syn.appendValue(buf, r.Name)
+	buf = append(buf, syn.revision...)
+	buf = syn.appendValue(buf, r.Revision)
 	if len(r.Containers) > 0 {
-		buf = append(buf, `,"containers":[`...)
+		buf = append(buf, syn.containers...)
 		for i, c := range r.Containers {
 			if i > 0 {
 				buf = append(buf, ',')
 			}
-			buf = appendJSONString(buf, c)
+			buf = syn.appendValue(buf, c)
 		}
 		buf = append(buf, ']')
 	}
 	for _, f := range [...]struct{ key, value string }{
-		{`,"digest":`, r.Digest}, {`,"volumeDigest":`, r.VolumeDigest}, {`,"owned":`, r.Owned}, {`,"signature":`, r.Signature},
+		{syn.digest, r.Digest}, {syn.volumeDigest, r.VolumeDigest}, {syn.owned, r.Owned}, {syn.signature, r.Signature},
 	} {
 		if f.value != "" {
 			buf = append(buf, f.key...)
-			buf = appendJSONString(buf, f.value)
+			buf = syn.appendValue(buf, f.value)
 		}
 	}
 	return append(buf, '}')

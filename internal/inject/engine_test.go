@@ -538,9 +538,9 @@ func TestStatusIsWrittenInOneAllocation(t *testing.T) {
 	full := v1alpha1.InjectionRecord{Name: "fluentd", Revision: "deb2fc0052937f2c", Containers: []string{"fluentd", "fluent-bit"},
 		Digest: strings.Repeat("d", 43), VolumeDigest: strings.Repeat("v", 43), Owned: "r2.1.0.abc;varlog", Signature: strings.Repeat("s", 60)}
 	for _, records := range [][]v1alpha1.InjectionRecord{nil, {full}, {full, {Name: "a", Revision: "b"}, full}} {
-		size := statusSize(records)
-		if got := appendStatus(make([]byte, 0, size), records); len(got) > size {
-			t.Errorf("%d records: %d bytes written, %d reserved", len(records), len(got), size)
+		size := statusSize(records, &stringSyntax)
+		if got := statusLiteral(records); len(got) > size || cap(got) != size {
+			t.Errorf("%d records: %d bytes written, %d reserved, in %d", len(records), len(got), size, cap(got))
 		}
 	}
 }

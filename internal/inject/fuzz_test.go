@@ -44,7 +44,8 @@ func FuzzAppendRecord(f *testing.F) {
 		if container != "" {
 			rec.Containers = []string{container, container + "-2"}
 		}
-		raw := appendRecord(nil, &rec)
+		raw := appendRecord(nil, &rec, &jsonSyntax)
+		checkStatusLiteral(t, []v1alpha1.InjectionRecord{rec, rec})
 		var got v1alpha1.InjectionRecord
 		if err := encjson.Unmarshal(raw, &got); err != nil {
 			t.Fatalf("%s does not decode: %v", raw, err)
@@ -66,6 +67,20 @@ func FuzzAppendRecord(f *testing.F) {
 			t.Fatalf("wrote %s, which decodes to %+v, want %+v", raw, got, want)
 		}
 	})
+}
+
+// checkStatusLiteral: the status as the patch holds it is a JSON string of
+// the status's JSON, whether written escaped or quoted after.
+func checkStatusLiteral(t *testing.T, records []v1alpha1.InjectionRecord) {
+	t.Helper()
+	literal := statusLiteral(records)
+	var status string
+	if err := encjson.Unmarshal(literal, &status); err != nil {
+		t.Fatalf("the status literal %s is not a JSON string: %v", literal, err)
+	}
+	if want := string(appendStatus(nil, records, &jsonSyntax)); status != want {
+		t.Fatalf("the status literal %s reads %s, want %s", literal, status, want)
+	}
 }
 
 // FuzzInjectSizedAndLabelled is FuzzInjectJSON for a Sidecar that sizes its

@@ -100,13 +100,13 @@ func (p *plan) writePatch(buf []byte) ([]byte, error) {
 	if p.pod.Metadata.Annotations == nil {
 		w.add("/metadata/annotations")
 		w.buf = append(w.buf, `{"`+v1alpha1.AnnotationStatus+`":`...)
-		w.buf = appendJSONString(w.buf, p.status)
+		w.buf = append(w.buf, p.statusLiteral...)
 		w.buf = p.appendMetadata(w.buf, false)
 		w.buf = append(w.buf, '}')
 		w.end()
 	} else {
 		w.add(statusPath)
-		w.buf = appendJSONString(w.buf, p.status)
+		w.buf = append(w.buf, p.statusLiteral...)
 		w.end()
 		p.writeMetadata(&w, false)
 	}
@@ -318,7 +318,11 @@ func (p *plan) mutate(pod *corev1.Pod) (*corev1.Pod, error) {
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	out.Annotations[v1alpha1.AnnotationStatus] = p.status
+	var status string
+	if err := encjson.Unmarshal(p.statusLiteral, &status); err != nil {
+		return nil, fmt.Errorf("the status annotation seal wrote is not a JSON string: %w", err)
+	}
+	out.Annotations[v1alpha1.AnnotationStatus] = status
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
 	}

@@ -27,3 +27,10 @@ func AppendQuote[B ~string | ~[]byte](dst []byte, s B) ([]byte, error) {
 		i = j + 1
 	}
 }
+
+// Plain reports whether s is written in JSON as it is, between quotes:
+// ASCII without quotes, backslashes or control characters.
+func Plain(s string) bool {
+	b := unsafe.Slice(unsafe.StringData(s), len(s))
+	return stringRun(b, 0, highs) == len(b)
+}
