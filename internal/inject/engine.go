@@ -130,7 +130,7 @@ type plan struct {
 	namespace string
 	// statusLiteral is the new status annotation's value as a JSON string, set by seal.
 	statusLiteral []byte
-	addLabel  bool
+	addLabel      bool
 	// addMetadata is set for a pod without metadata: the patch creates it first.
 	addMetadata bool
 	addSpec     bool
