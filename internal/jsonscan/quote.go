@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"encoding/binary"
 	"unsafe"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -29,8 +30,23 @@ func AppendQuote[B ~string | ~[]byte](dst []byte, s B) ([]byte, error) {
 }
 
 // Plain reports whether s is written in JSON as it is, between quotes:
-// ASCII without quotes, backslashes or control characters.
+// ASCII without quotes, backslashes or control characters. It reads eight
+// bytes at a time, the last eight again for the rest.
 func Plain(s string) bool {
 	b := unsafe.Slice(unsafe.StringData(s), len(s))
-	return stringRun(b, 0, highs) == len(b)
+	if len(b) < 8 {
+		for _, c := range b {
+			if !plain[c] {
+				return false
+			}
+		}
+		return true
+	}
+	special := func(x uint64) bool { return specialMask(x)|x&highs != 0 }
+	for i := 0; i+8 <= len(b); i += 8 {
+		if special(binary.LittleEndian.Uint64(b[i:])) {
+			return false
+		}
+	}
+	return !special(binary.LittleEndian.Uint64(b[len(b)-8:]))
 }

@@ -43,3 +43,24 @@ func BenchmarkAppendQuote(b *testing.B) {
 		})
 	}
 }
+
+// TestPlainIsWhatAppendQuoteLeavesAlone: the oracle is jsontext, which
+// quotes a plain string by adding the quotes only, and ASCII.
+func TestPlainIsWhatAppendQuoteLeavesAlone(t *testing.T) {
+	for n := range 20 {
+		for c := range 256 {
+			for _, at := range []int{0, n / 2, n - 1} {
+				if n == 0 {
+					continue
+				}
+				b := []byte(strings.Repeat("a", n))
+				b[at] = byte(c)
+				quoted, err := jsontext.AppendQuote(nil, b)
+				want := err == nil && string(quoted) == `"`+string(b)+`"` && c < 0x80
+				if got := Plain(string(b)); got != want {
+					t.Fatalf("Plain(%q) = %v, want %v", b, got, want)
+				}
+			}
+		}
+	}
+}
