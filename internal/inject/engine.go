@@ -147,10 +147,8 @@ type plan struct {
 	// writes; seal, writePatch and mutate each start it afresh.
 	budget renderBudget
 
-	// podSpec decodes the pod's spec in full, only when asked; podVolume
-	// reads a volume of it by name.
-	podSpec   PodSpecFunc
-	podVolume func(string) (*corev1.Volume, error)
+	// podSpec decodes the pod's spec in full, only when asked.
+	podSpec PodSpecFunc
 
 	// nsAnnotation reads the namespace's annotations for parameters that
 	// name one; nil where they are not known (offline injection).
@@ -211,7 +209,7 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 
 // fill makes the decisions of planFor into p, which may carry a tracer.
 func (e *Engine) fill(p *plan, pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, podSpec PodSpecFunc) {
-	p.pod, p.podSpec, p.podVolume = pod, podSpec, podVolume(podSpec)
+	p.pod, p.podSpec = pod, podSpec
 	p.budget.refill() // for what the plan renders: sizes and pod metadata
 	if pod.Metadata == nil {
 		pod.Metadata = &MetadataView{}
@@ -317,7 +315,7 @@ func (p *plan) consider(sc *compiledSidecar, in *podInputs) {
 		p.denyClash(prev, sc.name, name)
 		return
 	}
-	if err := p.checkConflicts(sc, p.podVolume); err != nil {
+	if err := p.checkConflicts(sc, p.podSpec.volume); err != nil {
 		p.deny(sc.name, fmt.Sprintf("sidecar %q: %v", sc.name, err))
 		return
 	}
@@ -880,7 +878,7 @@ func (p *plan) seal(signer Signer) error {
 	p.injected = make([]v1alpha1.InjectionRecord, len(p.selected))
 	sa := p.pod.Spec.ServiceAccountName
 	for i := range p.selected {
-		if _, err := p.selected[i].record(&p.injected[i], p.podVolume, p.namespace, sa, signer); err != nil {
+		if _, err := p.selected[i].record(&p.injected[i], p.podSpec.volume, p.namespace, sa, signer); err != nil {
 			return err
 		}
 	}

@@ -255,20 +255,18 @@ func recordField(key []byte) string {
 	return ""
 }
 
-// podVolume looks up a pod's volumes by name.
-func podVolume(podSpec PodSpecFunc) func(string) (*corev1.Volume, error) {
-	return func(name string) (*corev1.Volume, error) {
-		spec, err := podSpec()
-		if err != nil {
-			return nil, err
-		}
-		for i := range spec.Volumes {
-			if spec.Volumes[i].Name == name {
-				return &spec.Volumes[i], nil
-			}
-		}
-		return nil, nil
+// volume looks up a volume of the pod's spec by name; nil if it has none.
+func (f PodSpecFunc) volume(name string) (*corev1.Volume, error) {
+	spec, err := f()
+	if err != nil {
+		return nil, err
 	}
+	for i := range spec.Volumes {
+		if spec.Volumes[i].Name == name {
+			return &spec.Volumes[i], nil
+		}
+	}
+	return nil, nil
 }
 
 // ContainerNames returns the names of the containers (init containers

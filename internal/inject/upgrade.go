@@ -72,7 +72,7 @@ func (e *Engine) Upgrade(pod *corev1.Pod, sidecar, revision string, ring *signin
 	}
 	p.budget.refill()
 	var rec v1alpha1.InjectionRecord
-	r, err := sel.record(&rec, podVolume(typedSpec(pod)), pod.Namespace, pod.Spec.ServiceAccountName, ring)
+	r, err := sel.record(&rec, typedSpec(pod).volume, pod.Namespace, pod.Spec.ServiceAccountName, ring)
 	if err != nil {
 		return nil, err
 	}

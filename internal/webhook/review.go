@@ -65,16 +65,23 @@ type podRequest struct {
 	// ObjectJSON is the pod as sent, for the rare reads the view does not cover.
 	ObjectJSON []byte
 	fullSpec   fullSpec
+	// decodeSpec is fullSpec.decode, bound once for the pooled request:
+	// bound in each review, it was an allocation each.
+	decodeSpec inject.PodSpecFunc
 }
 
 // requests are the podRequests of reviews done, their views' storage kept:
 // a review takes one when it reads a request and puts it back (release).
-var requests = sync.Pool{New: func() any { return new(podRequest) }}
+var requests = sync.Pool{New: func() any {
+	q := new(podRequest)
+	q.decodeSpec = q.fullSpec.decode
+	return q
+}}
 
 // release empties q, keeping its view's storage, and pools it.
 func (q *podRequest) release() {
 	q.Object.Reset()
-	*q = podRequest{Object: q.Object}
+	*q = podRequest{Object: q.Object, decodeSpec: q.decodeSpec}
 	requests.Put(q)
 }
 
