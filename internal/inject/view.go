@@ -30,8 +30,8 @@ type PodView struct {
 // Each is dropped when a pod grew it past keptEntries, so that a large
 // review's storage is not held.
 type viewStorage struct {
-	containers                 []containerView
-	init, volumes, pullSecrets []namedView
+	containers                 keptList[containerView]
+	init, volumes, pullSecrets keptList[namedView]
 	// mounts are the containers' volumeMounts, back to back in one array
 	// grown by doubling; each container's is a slice of it.
 	mounts              []mountView
@@ -42,22 +42,39 @@ type viewStorage struct {
 const keptEntries = 64
 
 // Reset empties v for another pod, keeping the storage the last one grew.
+// It takes time in what was read since the last Reset, and at most about
+// keptEntries for each map.
 func (v *PodView) Reset() {
 	k := v.kept
 	*v = PodView{}
-	v.kept.containers = reuse(k.containers)
-	v.kept.init, v.kept.volumes, v.kept.pullSecrets = reuse(k.init), reuse(k.volumes), reuse(k.pullSecrets)
-	v.kept.mounts = reuse(k.mounts)
-	v.kept.labels, v.kept.annotations = reuseMap(k.labels), reuseMap(k.annotations)
+	k.containers.reset()
+	k.init.reset()
+	k.volumes.reset()
+	k.pullSecrets.reset()
+	if cap(k.mounts) > keptEntries {
+		k.mounts = nil
+	}
+	clear(k.mounts) // holds no strings of the last pod
+	k.mounts = k.mounts[:0]
+	k.labels, k.annotations = reuseMap(k.labels), reuseMap(k.annotations)
+	v.kept = k
 }
 
-// reuse empties list for another pod, or drops it if it grew large.
-func reuse[T any](list []T) []T {
-	if cap(list) > keptEntries {
-		return nil
+// keptList is a list's storage, and how much of it was written since Reset.
+type keptList[T any] struct {
+	list []T
+	used int
+}
+
+// reset empties k, clearing only what was written, or drops it if it grew
+// large.
+func (k *keptList[T]) reset() {
+	if cap(k.list) > keptEntries {
+		*k = keptList[T]{}
+		return
 	}
-	clear(list[:cap(list)]) // holds no strings of the last pod
-	return list[:0]
+	clear(k.list[:k.used]) // holds no strings of the last pod
+	k.used = 0
 }
 
 // reuseMap empties m for another pod, or drops it if it grew large: its
@@ -68,15 +85,6 @@ func reuseMap(m map[string]string) map[string]string {
 	}
 	clear(m)
 	return m
-}
-
-// keep returns what to keep of list after a read into storage: the list's
-// array when it grew past storage's.
-func keep[T any](storage, list []T) []T {
-	if cap(list) > cap(storage) {
-		return list[:0]
-	}
-	return storage
 }
 
 // SpecView is the part of a pod's spec the engine reads.
@@ -155,7 +163,8 @@ func (v *PodView) Read(s *jsonscan.Scanner) {
 				v.Metadata = nil
 				continue
 			}
-			if v.Metadata == nil {
+			if v.Metadata == nil { // first, or after null: start over
+				v.metadata = MetadataView{}
 				v.Metadata = &v.metadata
 			}
 			v.Metadata.read(s, &v.kept)
@@ -165,6 +174,7 @@ func (v *PodView) Read(s *jsonscan.Scanner) {
 				continue
 			}
 			if v.Spec == nil {
+				v.spec = SpecView{}
 				v.Spec = &v.spec
 			}
 			v.Spec.read(s, &v.kept)
@@ -263,13 +273,17 @@ func readNamed(s *jsonscan.Scanner, v *namedView) {
 }
 
 // readKept reads a list into dst, or when dst is nil (the key's first
-// time) into *storage, which keeps the array it grew.
-func readKept[T any](s *jsonscan.Scanner, dst []T, storage *[]T, read func(*jsonscan.Scanner, *T)) []T {
+// time) into k's storage, which keeps the array it grew.
+func readKept[T any](s *jsonscan.Scanner, dst []T, k *keptList[T], read func(*jsonscan.Scanner, *T)) []T {
 	if dst != nil {
 		return readList(s, dst, read)
 	}
-	list := readList(s, (*storage)[:0], read)
-	*storage = keep(*storage, list)
+	list := readList(s, k.list[:0], read)
+	if cap(list) > cap(k.list) {
+		k.list, k.used = list[:0], len(list)
+	} else {
+		k.used = max(k.used, len(list))
+	}
 	return list
 }
 

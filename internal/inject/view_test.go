@@ -148,3 +148,25 @@ func TestAMapEmptiedByNullIsNotReused(t *testing.T) {
 		t.Fatalf("read %v, %v", m, s.Err())
 	}
 }
+
+// TestNullMetadataOrSpecStartsOver: after "metadata": null or "spec": null
+// the key again starts from an empty object, as encoding/json allocates a
+// new one (helper-34 found the view kept the fields read before the null).
+func TestNullMetadataOrSpecStartsOver(t *testing.T) {
+	raw := []byte(`{"metadata":{"labels":{"a":"1"},"annotations":{"b":"2"},"name":"x"},"metadata":null,"metadata":{},` +
+		`"spec":{"serviceAccountName":"sa","containers":[{"name":"c"}],"volumes":[{"name":"v"}]},"spec":null,"spec":{}}`)
+	var v PodView
+	if err := DecodePodView(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	var want struct {
+		Metadata *MetadataView `json:"metadata"`
+		Spec     *SpecView     `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(v.Metadata, want.Metadata) || !reflect.DeepEqual(v.Spec, want.Spec) {
+		t.Errorf("read %+v and %+v; encoding/json reads %+v and %+v", v.Metadata, v.Spec, want.Metadata, want.Spec)
+	}
+}

@@ -93,6 +93,9 @@ func TestDecodingDrawsWhatItKeeps(t *testing.T) {
 		// by a container without mounts, to grow again for the next.
 		"containers alternating 1,025 null mounts and none": amplified(`},"spec":{"containers":[`,
 			`{"name":"a","volumeMounts":[`+strings.Repeat(`null,`, 1024)+`null]},{"name":"b","volumeMounts":[]}`, "]}", 750<<10),
+		// Distinct short keys grow the map, where one key repeated does not
+		// (helper review, issue 30's fourth stop).
+		"256 KiB of labels with distinct keys": numbered(`,"labels":{`, `"%x":""`, "}}"),
 		"256 KiB of invalid UTF-8": amplified(`,"labels":{"a":"`+string(bytes.Repeat([]byte{0xff}, size))+`",`, `"b":""`, "}}", 0),
 	}
 	for name, body := range fits {
