@@ -96,7 +96,7 @@ func TestDecodingDrawsWhatItKeeps(t *testing.T) {
 		// Distinct short keys grow the map, where one key repeated does not
 		// (helper review, issue 30's fourth stop).
 		"256 KiB of labels with distinct keys": numbered(`,"labels":{`, `"%x":""`, "}}"),
-		"256 KiB of invalid UTF-8": amplified(`,"labels":{"a":"`+string(bytes.Repeat([]byte{0xff}, size))+`",`, `"b":""`, "}}", 0),
+		"256 KiB of invalid UTF-8":             amplified(`,"labels":{"a":"`+string(bytes.Repeat([]byte{0xff}, size))+`",`, `"b":""`, "}}", 0),
 	}
 	for name, body := range fits {
 		charged, allocated, err := drawn(t, body)
