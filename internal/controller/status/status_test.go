@@ -189,7 +189,12 @@ func TestMissedEventsRateLimited(t *testing.T) {
 		objs = append(objs, plainPod("app", "m"+string(rune('a'+i/26))+string(rune('a'+i%26))))
 	}
 	c := controllertest.FakeCluster(objs...)
-	res, err := newReconciler(t, f, c).Reconcile(context.Background(), ctrl.Request{NamespacedName: fleetKey})
+	r := newReconciler(t, f, c)
+	// One token a second, not eventsPerSecond, so that no slow pass (under
+	// -race on a loaded machine) outlasts the refill of the 200 Events past
+	// the burst: 10 s at 20 a second.
+	r.events = newPodEvents(c, c, 1, eventsBurst)
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: fleetKey})
 	if err != nil {
 		t.Fatal(err)
 	}
