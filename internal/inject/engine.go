@@ -918,8 +918,6 @@ func (s *selection) record(rec *v1alpha1.InjectionRecord, podVolume func(string)
 // both, as they are.
 type recordSyntax struct {
 	quote, open, name, revision, containers, digest, volumeDigest, owned, signature string
-	// raw: values are written between quotes as they are, not escaped.
-	raw bool
 }
 
 var (
@@ -933,11 +931,13 @@ func (s recordSyntax) inString() recordSyntax {
 	e := func(v string) string { return strings.ReplaceAll(v, `"`, `\"`) }
 	return recordSyntax{quote: e(s.quote), open: e(s.open), name: e(s.name), revision: e(s.revision),
 		containers: e(s.containers), digest: e(s.digest), volumeDigest: e(s.volumeDigest), owned: e(s.owned),
-		signature: e(s.signature), raw: true}
+		signature: e(s.signature)}
 }
 
+// appendValue writes v escaped as JSON; inside a string, as it is, since
+// only plain strings are written there.
 func (s *recordSyntax) appendValue(buf []byte, v string) []byte {
-	if !s.raw {
+	if s.quote == `"` {
 		return appendJSONString(buf, v)
 	}
 	buf = append(buf, s.quote...)

@@ -34,7 +34,7 @@ type viewStorage struct {
 	init, volumes, pullSecrets keptList[namedView]
 	// mounts are the containers' volumeMounts, back to back in one array
 	// grown by doubling; each container's is a slice of it.
-	mounts              []mountView
+	mounts              keptList[mountView]
 	labels, annotations map[string]string
 }
 
@@ -51,11 +51,7 @@ func (v *PodView) Reset() {
 	k.init.reset()
 	k.volumes.reset()
 	k.pullSecrets.reset()
-	if cap(k.mounts) > keptEntries {
-		k.mounts = nil
-	}
-	clear(k.mounts) // holds no strings of the last pod
-	k.mounts = k.mounts[:0]
+	k.mounts.reset()
 	k.labels, k.annotations = reuseMap(k.labels), reuseMap(k.annotations)
 	v.kept = k
 }
@@ -303,33 +299,25 @@ func readContainers(s *jsonscan.Scanner, dst []containerView, kept *viewStorage)
 	})
 }
 
-// readMounts appends a container's volumeMounts to *all, the pod's mounts
+// readMounts appends a container's volumeMounts to k's, the pod's mounts
 // back to back, and returns them, capped at their length: one array grown
 // by doubling holds every container's, where a list each took one or two
 // allocations. An array outgrown stays with the containers read into it.
 // A repeated key decodes over dst, the first list.
-func readMounts(s *jsonscan.Scanner, dst []mountView, all *[]mountView) []mountView {
+func readMounts(s *jsonscan.Scanner, dst []mountView, k *keptList[mountView]) []mountView {
 	if dst != nil {
 		return readList(s, dst, readMount)
 	}
-	if !s.Array() {
+	start := k.used
+	all, ok := readElements(s, k.list[:start], start, readMount)
+	if !ok {
 		return nil
 	}
-	start := len(*all)
-	n := start
-	for ; s.Element(); n++ {
-		if n == cap(*all) {
-			grown := make([]mountView, n, max(2*n, 8))
-			copy(grown, *all)
-			*all = grown
-		}
-		*all = append(*all, mountView{})
-		readMount(s, &(*all)[n])
-	}
-	if n == start {
+	k.list, k.used = all[:0], len(all)
+	if len(all) == start {
 		return []mountView{}
 	}
-	return (*all)[start:n:n]
+	return all[start:len(all):len(all)]
 }
 
 func readMount(s *jsonscan.Scanner, m *mountView) {
@@ -367,10 +355,21 @@ func readFields(s *jsonscan.Scanner, field func(key []byte) bool) {
 // brings back those a shorter list before left in the capacity. Only a
 // forged review repeats a key: the apiserver writes each once.
 func readList[T any](s *jsonscan.Scanner, dst []T, read func(*jsonscan.Scanner, *T)) []T {
-	if !s.Array() {
-		return nil
+	list, ok := readElements(s, dst, 0, read)
+	if ok && len(list) == 0 {
+		return []T{}
 	}
-	n := 0
+	return list
+}
+
+// readElements reads an array's elements into dst from index from on,
+// decoding over those already there and appending the rest, and returns
+// dst through the last; ok is false for null.
+func readElements[T any](s *jsonscan.Scanner, dst []T, from int, read func(*jsonscan.Scanner, *T)) (list []T, ok bool) {
+	if !s.Array() {
+		return nil, false
+	}
+	n := from
 	for ; s.Element(); n++ {
 		if n == len(dst) {
 			if n == cap(dst) {
@@ -385,10 +384,7 @@ func readList[T any](s *jsonscan.Scanner, dst []T, read func(*jsonscan.Scanner, 
 		}
 		read(s, &dst[n])
 	}
-	if n == 0 {
-		return []T{}
-	}
-	return dst[:n]
+	return dst[:n], true
 }
 
 // readMap reads an object of strings into *m, keeping entries already there
