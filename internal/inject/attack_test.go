@@ -121,7 +121,7 @@ func injectBounded(t *testing.T, e *Engine, raw []byte, what string) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	start := time.Now()
-	res, err := e.InjectView(time.Now().Add(time.Second), &view, "ns", DefaultNamespaceLabels, nil, PodSpecFromJSON(raw), nil, nil)
+	res, err := e.InjectView(nil, time.Now().Add(time.Second), &view, "ns", DefaultNamespaceLabels, nil, PodSpecFromJSON(raw), nil, nil)
 	took := time.Since(start)
 	runtime.ReadMemStats(&after)
 	alloc := (after.TotalAlloc - before.TotalAlloc) >> 20

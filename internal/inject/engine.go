@@ -161,9 +161,13 @@ type plan struct {
 	// trace, when set, records why each Sidecar was chosen or not (Explain).
 	trace *tracer
 
+	// res is what result returns.
+	res Result
+
 	// Backing arrays that save allocations for typical pods.
 	selectedBuf  [4]selection
 	appMountsBuf [8]appMount
+	injectedBuf  [4]v1alpha1.InjectionRecord
 }
 
 // skip records a matching Sidecar left out, with a warning for the client
@@ -200,11 +204,18 @@ func (p *plan) appMount(m appMount) corev1.VolumeMount {
 // unless it is zero.
 func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, nsAnnotation NamespaceAnnotationFunc,
 	podSpec PodSpecFunc, deadline time.Time) *plan {
-	p := &plan{nsAnnotation: nsAnnotation}
+	p := new(plan)
+	e.planInto(p, pod, namespace, nsLabels, nsAnnotation, podSpec, deadline)
+	return p
+}
+
+// planInto is planFor into p, an empty plan.
+func (e *Engine) planInto(p *plan, pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, nsAnnotation NamespaceAnnotationFunc,
+	podSpec PodSpecFunc, deadline time.Time) {
+	p.nsAnnotation = nsAnnotation
 	p.budget.deadline = deadline
 	p.selected = p.selectedBuf[:0]
 	e.fill(p, pod, namespace, nsLabels, podSpec)
-	return p
 }
 
 // fill makes the decisions of planFor into p, which may carry a tracer.
@@ -875,7 +886,8 @@ func quoteList(items []string) string {
 // status annotation: the pod's own records first, unchanged.
 func (p *plan) seal(signer Signer) error {
 	p.budget.refill()
-	p.injected = make([]v1alpha1.InjectionRecord, len(p.selected))
+	p.injected = p.injectedBuf[:0]
+	p.injected = slices.Grow(p.injected, len(p.selected))[:len(p.selected)]
 	sa := p.pod.Spec.ServiceAccountName
 	for i := range p.selected {
 		if _, err := p.selected[i].record(&p.injected[i], p.podSpec.volume, p.namespace, sa, signer); err != nil {
@@ -886,7 +898,7 @@ func (p *plan) seal(signer Signer) error {
 	if len(p.existing.Sidecars) > 0 {
 		records = slices.Concat(p.existing.Sidecars, p.injected)
 	}
-	p.statusLiteral = statusLiteral(records)
+	p.statusLiteral = statusLiteral(p.statusLiteral[:0], records)
 	return nil
 }
 
@@ -957,14 +969,15 @@ func appendStatus(buf []byte, records []v1alpha1.InjectionRecord, syn *recordSyn
 	return append(buf, "]}"...)
 }
 
-// statusLiteral is the status annotation's value for records as a JSON
-// string, as the patch holds it, in one allocation: written escaped when
-// every string is plain, the usual record; else written, then quoted.
-func statusLiteral(records []v1alpha1.InjectionRecord) []byte {
+// statusLiteral appends to dst the status annotation's value for records
+// as a JSON string, as the patch holds it, growing dst at most once: written
+// escaped when every string is plain, the usual record; else written, then
+// quoted.
+func statusLiteral(dst []byte, records []v1alpha1.InjectionRecord) []byte {
 	if !plainRecords(records) {
-		return appendJSONString(nil, string(appendStatus(nil, records, &jsonSyntax)))
+		return appendJSONString(dst, string(appendStatus(nil, records, &jsonSyntax)))
 	}
-	buf := make([]byte, 0, statusSize(records, &stringSyntax))
+	buf := slices.Grow(dst, statusSize(records, &stringSyntax))
 	buf = append(buf, '"')
 	buf = appendStatus(buf, records, &stringSyntax)
 	return append(buf, '"')

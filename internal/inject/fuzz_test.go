@@ -73,7 +73,7 @@ func FuzzAppendRecord(f *testing.F) {
 // the status's JSON, whether written escaped or quoted after.
 func checkStatusLiteral(t *testing.T, records []v1alpha1.InjectionRecord) {
 	t.Helper()
-	literal := statusLiteral(records)
+	literal := statusLiteral(nil, records)
 	var status string
 	if err := encjson.Unmarshal(literal, &status); err != nil {
 		t.Fatalf("the status literal %s is not a JSON string: %v", literal, err)

@@ -42,7 +42,7 @@ func (e *Engine) InjectJSON(raw []byte, namespace string, nsLabels NamespaceLabe
 	if err := DecodePodView(raw, &view); err != nil {
 		return nil, fmt.Errorf("decoding pod: %w", err)
 	}
-	return e.InjectView(time.Time{}, &view, namespace, nsLabels, nil, PodSpecFromJSON(raw), signer, buf)
+	return e.InjectView(nil, time.Time{}, &view, namespace, nsLabels, nil, PodSpecFromJSON(raw), signer, buf)
 }
 
 // PodSpecFromJSON decodes the spec of the pod JSON raw in full, only when
@@ -71,15 +71,40 @@ func typedSpec(pod *corev1.Pod) PodSpecFunc {
 // InjectView is InjectJSON for a caller that decoded the PodView itself, for
 // example as part of an AdmissionReview. nsAnnotation reads the namespace's
 // annotations that parameters name. Rendering stops at deadline, unless it
-// is zero.
-func (e *Engine) InjectView(deadline time.Time, view *PodView, namespace string, nsLabels NamespaceLabelsFunc, nsAnnotation NamespaceAnnotationFunc,
-	podSpec PodSpecFunc, signer Signer, buf []byte) (*Result, error) {
-	p := e.planFor(view, namespace, nsLabels, nsAnnotation, podSpec, deadline)
-	return p.result(buf, signer)
+// is zero. The plan and the Result are kept in into, which must be empty (new
+// or Reset), or nil for a new one; the Result lasts until into is Reset.
+func (e *Engine) InjectView(into *Injection, deadline time.Time, view *PodView, namespace string, nsLabels NamespaceLabelsFunc,
+	nsAnnotation NamespaceAnnotationFunc, podSpec PodSpecFunc, signer Signer, buf []byte) (*Result, error) {
+	if into == nil {
+		into = new(Injection)
+	}
+	e.planInto(&into.p, view, namespace, nsLabels, nsAnnotation, podSpec, deadline)
+	return into.p.result(buf, signer)
+}
+
+// Injection holds what one InjectView call decides and returns, so that a
+// caller answering pod after pod reuses it (Reset) rather than allocate it
+// for each.
+type Injection struct{ p plan }
+
+// maxKeptStatus is the largest status buffer Reset keeps: four records'
+// status is about 700 bytes.
+const maxKeptStatus = 4 << 10
+
+// Reset empties the Injection for the next pod. The last Result, and all it
+// holds, must no longer be used. It keeps only the status annotation's buffer,
+// when no larger than maxKeptStatus.
+func (in *Injection) Reset() {
+	status := in.p.statusLiteral[:0]
+	in.p = plan{}
+	if cap(status) <= maxKeptStatus {
+		in.p.statusLiteral = status
+	}
 }
 
 func (p *plan) result(buf []byte, signer Signer) (*Result, error) {
-	res := &Result{Warnings: p.warnings, Skipped: p.skipped}
+	res := &p.res
+	*res = Result{Warnings: p.warnings, Skipped: p.skipped}
 	if len(p.denials) > 0 {
 		res.Denial, res.Denied = strings.Join(p.denials, "; "), p.denied
 		return res, nil

@@ -46,7 +46,7 @@ func TestReview29NamespaceCopyWritesReservedKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		fromNamespace := func(_, k string) (string, bool) { return "granting", k == "team.example.com/tools" }
-		res, err := e.InjectView(time.Time{}, &view, "shop", DefaultNamespaceLabels, fromNamespace, PodSpecFromJSON(raw), testRing(t), nil)
+		res, err := e.InjectView(nil, time.Time{}, &view, "shop", DefaultNamespaceLabels, fromNamespace, PodSpecFromJSON(raw), testRing(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func TestReview29HugeExponentsCostNothing(t *testing.T) {
 		}
 		done := make(chan *Result, 1)
 		go func() {
-			res, _ := tc.e.InjectView(time.Time{}, &view, "shop", DefaultNamespaceLabels, nil, PodSpecFromJSON(raw), nil, nil)
+			res, _ := tc.e.InjectView(nil, time.Time{}, &view, "shop", DefaultNamespaceLabels, nil, PodSpecFromJSON(raw), nil, nil)
 			done <- res
 		}()
 		select {

@@ -44,7 +44,7 @@ func injected(t *testing.T, e *Engine, pod *corev1.Pod, nsAnnotation NamespaceAn
 	if err := DecodePodView(raw, &view); err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.InjectView(time.Time{}, &view, pod.Namespace, DefaultNamespaceLabels, nsAnnotation, PodSpecFromJSON(raw), nil, nil)
+	res, err := e.InjectView(nil, time.Time{}, &view, pod.Namespace, DefaultNamespaceLabels, nsAnnotation, PodSpecFromJSON(raw), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -175,7 +175,7 @@ func TestRenderingStopsAtTheDeadline(t *testing.T) {
 	if err := DecodePodView(raw, &view); err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.InjectView(time.Now().Add(-time.Second), &view, "ns", DefaultNamespaceLabels, nil, PodSpecFromJSON(raw), nil, nil)
+	res, err := e.InjectView(nil, time.Now().Add(-time.Second), &view, "ns", DefaultNamespaceLabels, nil, PodSpecFromJSON(raw), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

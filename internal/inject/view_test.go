@@ -170,3 +170,19 @@ func TestNullMetadataOrSpecStartsOver(t *testing.T) {
 		t.Errorf("read %+v and %+v; encoding/json reads %+v and %+v", v.Metadata, v.Spec, want.Metadata, want.Spec)
 	}
 }
+
+func TestInjectionResetKeepsOnlyASmallStatusBuffer(t *testing.T) {
+	for _, size := range []int{700, maxKeptStatus, maxKeptStatus + 1, 1 << 20} {
+		var in Injection
+		in.p.statusLiteral = make([]byte, size/2, size)
+		in.p.warnings = []string{"w"}
+		in.Reset()
+		kept, want := cap(in.p.statusLiteral), 0
+		if size <= maxKeptStatus {
+			want = size
+		}
+		if kept != want || len(in.p.statusLiteral) != 0 || in.p.warnings != nil {
+			t.Errorf("a status buffer of %d bytes: %d kept (want %d), %d left in it, warnings %v", size, kept, want, len(in.p.statusLiteral), in.p.warnings)
+		}
+	}
+}

@@ -204,7 +204,7 @@ func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte, b *
 	if req.Operation == "CREATE" && req.SubResource == "" {
 		deadline := time.Now().Add(reviewTimeout(r))
 		req.fullSpec.b = b
-		res, err := engine.InjectView(deadline, &req.Object, req.Namespace, m.NamespaceLabels, m.NamespaceAnnotation,
+		res, err := engine.InjectView(req.injection, deadline, &req.Object, req.Namespace, m.NamespaceLabels, m.NamespaceAnnotation,
 			req.decodeSpec, signer, (*out)[:0])
 		if answerLimit(w, req.fullSpec.err) { // the engine may have wrapped or dropped it
 			return

@@ -219,6 +219,8 @@ func TestAReviewSeesNothingOfTheOneBefore(t *testing.T) {
 	plain := []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},` +
 		`"namespace":"shop","operation":"CREATE","object":{"metadata":{"generateName":"plain-"},"spec":{"containers":[{"name":"app","image":"app:1"}]}}}}`)
 	cut := injected[:bytes.LastIndex(injected, []byte(`"tolerations"`))]
+	denied := bytes.Replace(plain, []byte(`"generateName":"plain-"`),
+		[]byte(`"generateName":"plain-","annotations":{"sidecar-operator.io/status":"not a status"}`), 1)
 	serve := func(body []byte) (int, string) {
 		rec := post(t, m, "application/json", body)
 		return rec.Code, rec.Body.String()
@@ -228,13 +230,19 @@ func TestAReviewSeesNothingOfTheOneBefore(t *testing.T) {
 		t.Fatalf("the plain pod is injected alone: %s", alone)
 	}
 	_, injectedAlone := serve(injected)
-	for i, body := range [][]byte{injected, plain, cut, plain, injected, cut, injected} {
+	_, deniedAlone := serve(denied)
+	if !strings.Contains(deniedAlone, `"allowed":false`) {
+		t.Fatalf("the pod with a bad status is allowed alone: %s", deniedAlone)
+	}
+	for i, body := range [][]byte{injected, plain, cut, plain, injected, cut, injected, denied, plain, denied, injected, denied} {
 		code, got := serve(body)
 		switch {
 		case bytes.Equal(body, plain) && got != alone:
 			t.Errorf("review %d: the plain pod after another is answered\n%s\nalone\n%s", i, got, alone)
 		case bytes.Equal(body, injected) && got != injectedAlone:
 			t.Errorf("review %d: the injected pod after another is answered\n%s\nalone\n%s", i, got, injectedAlone)
+		case bytes.Equal(body, denied) && got != deniedAlone:
+			t.Errorf("review %d: the denied pod after another is answered\n%s\nalone\n%s", i, got, deniedAlone)
 		case bytes.Equal(body, cut) && code != http.StatusBadRequest:
 			t.Errorf("review %d: the cut review is answered %d", i, code)
 		}

@@ -68,20 +68,24 @@ type podRequest struct {
 	// decodeSpec is fullSpec.decode, bound once for the pooled request:
 	// bound in each review, it was an allocation each.
 	decodeSpec inject.PodSpecFunc
+	// injection holds the engine's plan and Result for the pod.
+	injection *inject.Injection
 }
 
 // requests are the podRequests of reviews done, their views' storage kept:
 // a review takes one when it reads a request and puts it back (release).
 var requests = sync.Pool{New: func() any {
-	q := new(podRequest)
+	q := &podRequest{injection: new(inject.Injection)}
 	q.decodeSpec = q.fullSpec.decode
 	return q
 }}
 
-// release empties q, keeping its view's storage, and pools it.
+// release empties q, keeping its view's and its injection's storage, and
+// pools it.
 func (q *podRequest) release() {
 	q.Object.Reset()
-	*q = podRequest{Object: q.Object, decodeSpec: q.decodeSpec}
+	q.injection.Reset()
+	*q = podRequest{Object: q.Object, decodeSpec: q.decodeSpec, injection: q.injection}
 	requests.Put(q)
 }
 
