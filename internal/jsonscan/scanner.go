@@ -8,6 +8,7 @@ package jsonscan
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -82,20 +83,29 @@ type Costs struct {
 // Bound charges what the reader keeps from now on to b.
 func (s *Scanner) Bound(b Budget, c Costs) { s.budget, s.costs, s.left = b, c, 0 }
 
-// charge spends n bytes of the budget, asking it for more when they run out.
+// charge spends n bytes of the budget, asking it for more when they run
+// out; small enough to be inlined where the reader charges each value.
 func (s *Scanner) charge(n int64) {
-	if s.budget == nil || s.err != nil {
-		return
+	if s.left -= n; s.left < 0 {
+		s.take()
 	}
-	if s.left -= n; s.left >= 0 {
-		return
+}
+
+// take asks the budget for what charge overspent. Without a budget, there is
+// nothing to spend.
+func (s *Scanner) take() {
+	switch {
+	case s.err != nil:
+	case s.budget == nil:
+		s.left = math.MaxInt64 / 2
+	default:
+		granted, err := s.budget.Take(-s.left)
+		if err != nil {
+			s.err = err
+			return
+		}
+		s.left += granted
 	}
-	granted, err := s.budget.Take(-s.left)
-	if err != nil {
-		s.err = err
-		return
-	}
-	s.left += granted
 }
 
 // Reset starts reading data. The scratch buffer is reused; the strings
