@@ -886,8 +886,7 @@ func quoteList(items []string) string {
 // status annotation: the pod's own records first, unchanged.
 func (p *plan) seal(signer Signer) error {
 	p.budget.refill()
-	p.injected = p.injectedBuf[:0]
-	p.injected = slices.Grow(p.injected, len(p.selected))[:len(p.selected)]
+	p.injected = slices.Grow(p.injectedBuf[:0], len(p.selected))[:len(p.selected)]
 	sa := p.pod.Spec.ServiceAccountName
 	for i := range p.selected {
 		if _, err := p.selected[i].record(&p.injected[i], p.podSpec.volume, p.namespace, sa, signer); err != nil {

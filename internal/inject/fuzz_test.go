@@ -70,10 +70,14 @@ func FuzzAppendRecord(f *testing.F) {
 }
 
 // checkStatusLiteral: the status as the patch holds it is a JSON string of
-// the status's JSON, whether written escaped or quoted after.
+// the status's JSON, whether written escaped or quoted after, and a buffer
+// already written keeps what it held.
 func checkStatusLiteral(t *testing.T, records []v1alpha1.InjectionRecord) {
 	t.Helper()
 	literal := statusLiteral(nil, records)
+	if after := statusLiteral([]byte("kept"), records); string(after) != "kept"+string(literal) {
+		t.Fatalf("the status literal written after %q is %s, want %s after it", "kept", after, literal)
+	}
 	var status string
 	if err := encjson.Unmarshal(literal, &status); err != nil {
 		t.Fatalf("the status literal %s is not a JSON string: %v", literal, err)
