@@ -188,6 +188,9 @@ func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte, b *
 	defer putBuf(out)
 	body := *in
 	var review podReview
+	// Releasing the request ends the engine's Result too (its records and
+	// warnings live in the pooled Injection): nothing may keep either past
+	// this review, as Events and logs, formatted here, do not.
 	defer func() {
 		if review.Request != nil {
 			review.Request.release()
