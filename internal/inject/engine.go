@@ -976,7 +976,11 @@ func statusLiteral(dst []byte, records []v1alpha1.InjectionRecord) []byte {
 	if !plainRecords(records) {
 		return appendJSONString(dst, string(appendStatus(nil, records, &jsonSyntax)))
 	}
-	buf := slices.Grow(dst, statusSize(records, &stringSyntax))
+	buf := dst
+	if size := statusSize(records, &stringSyntax); cap(buf)-len(buf) < size {
+		buf = make([]byte, len(dst), len(dst)+size)
+		copy(buf, dst)
+	}
 	buf = append(buf, '"')
 	buf = appendStatus(buf, records, &stringSyntax)
 	return append(buf, '"')
