@@ -3,15 +3,19 @@ package jsonscan
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
 
 // FuzzScanner checks that the scanner accepts exactly what encoding/json
-// accepts, and decodes every string to the same value.
+// accepts, and reads every document, member names and strings included, as
+// encoding/json decodes it.
 func FuzzScanner(f *testing.F) {
 	for _, seed := range []string{
 		`{"a":[1,-2.5e+3,true,null,"x\u00e9"],"b":{}}`, `"\ud83d\ude00"`, "\"\xff\"", `[1,]`, `{"a" 1}`, `01`,
+		`{"name":"x","volumeMounts":[{"name":"v","mountPath":"/p"}],"env":[{"name":"A","value":"b"}]}`,
+		`{"a":1 ,"b":2, "c":{"d\u0065":3,"f":[]},"a":4}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -22,6 +26,18 @@ func FuzzScanner(f *testing.F) {
 		s.End()
 		if got, want := s.Err() == nil, json.Valid(doc); got != want {
 			t.Fatalf("accepted %v, encoding/json %v (err %v)", got, want, s.Err())
+		}
+		if s.Err() == nil {
+			d := json.NewDecoder(bytes.NewReader(doc))
+			d.UseNumber()
+			var want any
+			if err := d.Decode(&want); err != nil {
+				t.Fatal(err)
+			}
+			s.Reset(doc)
+			if got := readAny(&s); !reflect.DeepEqual(got, want) || s.Err() != nil {
+				t.Fatalf("read %#v (err %v), encoding/json %#v", got, s.Err(), want)
+			}
 		}
 		var want string
 		if json.Unmarshal(doc, &want) != nil {
@@ -96,4 +112,36 @@ func FuzzSkip(f *testing.F) {
 			t.Fatalf("Skip accepted %v, encoding/json %v (err %v)", got, want, s.Err())
 		}
 	})
+}
+
+// readAny reads a value as encoding/json decodes it into any with UseNumber:
+// the oracle for what Member, MemberName, String and Bool return.
+func readAny(s *Scanner) any {
+	switch s.Peek() {
+	case '{':
+		m := map[string]any{}
+		s.Object()
+		for name, ok := s.MemberName(); ok; name, ok = s.MemberName() {
+			m[name] = readAny(s)
+		}
+		return m
+	case '[':
+		l := []any{}
+		s.Array()
+		for s.Element() {
+			l = append(l, readAny(s))
+		}
+		return l
+	case '"':
+		v, _ := s.String()
+		return v
+	case 't', 'f':
+		v, _ := s.Bool()
+		return v
+	case 'n':
+		s.Null()
+		return nil
+	default:
+		return json.Number(s.Raw())
+	}
 }
