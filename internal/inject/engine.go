@@ -209,7 +209,7 @@ func (e *Engine) planFor(pod *PodView, namespace string, nsLabels NamespaceLabel
 	return p
 }
 
-// planInto is planFor into p, an empty plan.
+// planInto is planFor into p, an empty plan, or one carrying only a tracer.
 func (e *Engine) planInto(p *plan, pod *PodView, namespace string, nsLabels NamespaceLabelsFunc, nsAnnotation NamespaceAnnotationFunc,
 	podSpec PodSpecFunc, deadline time.Time) {
 	p.nsAnnotation = nsAnnotation

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -112,9 +113,8 @@ func (e *Engine) Explain(pod *corev1.Pod, namespace string, nsLabels NamespaceLa
 			t.note(sc.name, "mandatory where its selector and namespaceSelector select, which is not here")
 		}
 	}
-	p := &plan{trace: t, nsAnnotation: nsAnnotation}
-	p.selected = p.selectedBuf[:0]
-	e.fill(p, viewOfPod(pod), namespace, nsLabels, typedSpec(pod))
+	p := &plan{trace: t}
+	e.planInto(p, viewOfPod(pod), namespace, nsLabels, nsAnnotation, typedSpec(pod), time.Time{})
 	if len(p.denials) == 0 {
 		// Rendering can deny too: past a cap, or a template that fails.
 		p.budget.refill()
