@@ -49,11 +49,13 @@ func TestApiserverPresentsAClientCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The webhook, as `serve --client-ca-file` runs it.
-	addr, err := freeAddr()
+	// The webhook, as `serve --client-ca-file` runs it. Its port is held
+	// while the apiserver and etcd start, which pick ports of their own.
+	reserved, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	addr := reserved.Addr().String()
 	apiserver := startClientAuthAPIServer(t, addr, false)
 	pair, err := serving.TLSCertificate()
 	if err != nil {
@@ -74,8 +76,14 @@ func TestApiserverPresentsAClientCertificate(t *testing.T) {
 	listening := make(chan net.Addr, 1)
 	srv := &webhook.Server{Addr: addr, TLSConfig: tlsConfig, Log: logr.Discard(), Listening: func(a net.Addr) { listening <- a },
 		Mutator: &webhook.Mutator{Engines: webhook.StaticEngine{E: engine}, NamespaceLabels: inject.DefaultNamespaceLabels, Log: logr.Discard()}}
-	go func() { _ = srv.Start(sctx) }()
-	<-listening
+	_ = reserved.Close()
+	started := make(chan error, 1)
+	go func() { started <- srv.Start(sctx) }()
+	select {
+	case <-listening:
+	case err := <-started:
+		t.Fatalf("the webhook did not start: %v", err)
+	}
 
 	c := apiserver.client
 	if err := c.Create(ctx, webhookconfig.Mutating("client-auth", webhookconfig.Target{URL: "https://" + addr}, servingCA.CertPEM, admissionv1.Fail, webhookconfig.AllNamespaces)); err != nil {
