@@ -14,6 +14,9 @@ type Counts struct {
 	// NonASCII are the bytes from 0x80 up: encoding/json turns each byte of
 	// invalid UTF-8 into U+FFFD, 3 bytes.
 	NonASCII int
+	// FirstNullElement is the offset of the first null that is an array's
+	// element, -1 for none: a decoder makes each a whole zero element.
+	FirstNullElement int
 }
 
 // Byte classes outside strings.
@@ -40,8 +43,11 @@ var classes = func() (c [256]byte) {
 // ("[{},{},…]" is 3 bytes a struct). It is exact for valid JSON; for any
 // other input it stops where a string does not end.
 func Count(d []byte) Counts {
-	c := Counts{NonASCII: nonASCII(d)}
+	c := Counts{NonASCII: nonASCII(d), FirstNullElement: -1}
 	afterValue := false // the last token ended a value: a digit or letter now is inside it
+	// In valid JSON a value after '[' or ',' is an array's element: after a
+	// ',' in an object comes a member name.
+	element := false
 	for i := 0; i < len(d); i++ {
 		switch classes[d[i]] {
 		case classQuote:
@@ -50,18 +56,22 @@ func Count(d []byte) Counts {
 				return c
 			}
 			c.Scalars++
-			i, afterValue = end-1, true
+			i, afterValue, element = end-1, true, false
 		case classOpen:
 			c.Containers++
-			afterValue = false
+			afterValue, element = false, d[i] == '['
 		case classClose:
-			afterValue = true
+			afterValue, element = true, false
 		case classSeparator:
-			afterValue = false
+			afterValue, element = false, d[i] == ','
 		case classScalar:
 			if !afterValue {
 				c.Scalars++
 				afterValue = true
+				if element && d[i] == 'n' && c.FirstNullElement < 0 {
+					c.FirstNullElement = i
+				}
+				element = false
 			}
 		}
 	}

@@ -45,7 +45,7 @@ func FuzzScanner(f *testing.F) {
 // FuzzCount checks Count against encoding/json's tokens on every valid
 // document.
 func FuzzCount(f *testing.F) {
-	for _, seed := range []string{`{"a":[{},[]],"b":"{[\"]}"}`, `[{},{},{}]`, `"\\"`, `{"k\"{":[1, -2.5e3,true ,null]}`, ` 12 `} {
+	for _, seed := range []string{`{"a":[{},[]],"b":"{[\"]}"}`, `[{},{},{}]`, `"\\"`, `{"k\"{":[1, -2.5e3,true ,null]}`, ` 12 `, `{"a":null,"b":[ null]}`, `[{"n":null},[1,null]]`} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
@@ -53,8 +53,10 @@ func FuzzCount(f *testing.F) {
 		if !json.Valid(doc) {
 			return
 		}
-		var want Counts
+		want := Counts{FirstNullElement: -1}
 		dec := json.NewDecoder(bytes.NewReader(doc))
+		dec.UseNumber() // a number out of float64's range is still a token
+		var open []json.Delim
 		for {
 			tok, err := dec.Token()
 			if err != nil {
@@ -63,9 +65,15 @@ func FuzzCount(f *testing.F) {
 			switch tok {
 			case json.Delim('{'), json.Delim('['):
 				want.Containers++
+				open = append(open, tok.(json.Delim))
 			case json.Delim('}'), json.Delim(']'):
+				open = open[:len(open)-1]
 			default:
 				want.Scalars++
+				// A null's offset is where it ends, less its 4 bytes.
+				if tok == nil && len(open) > 0 && open[len(open)-1] == '[' && want.FirstNullElement < 0 {
+					want.FirstNullElement = int(dec.InputOffset()) - len("null")
+				}
 			}
 		}
 		for _, b := range doc {

@@ -146,14 +146,16 @@ const (
 	costPerScalar    = 64
 )
 
-// decodeCost prices decoding an object in full into Go types (decodeObject):
+// decodeCost prices decoding an object in full into Go types (counted.decode):
 // twice its bytes (strings, raw values), 2.5 KiB per object or array and 512
 // bytes per scalar (a map entry of two scalars is about 300, a decimal
 // quantity's about 840). Quantities, which cost about 10 bytes a byte to
 // parse, are refused past 24 bytes, and lists holding null, which decode to
 // a whole struct each, before decoding.
-func decodeCost(body []byte) int64 {
-	n := jsonscan.Count(body)
+func decodeCost(body []byte) int64 { return countedCost(body, jsonscan.Count(body)) }
+
+// countedCost is decodeCost from body's counts.
+func countedCost(body []byte, n jsonscan.Counts) int64 {
 	return 2*int64(len(body)+2*n.NonASCII) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*8*costPerScalar
 }
 

@@ -100,56 +100,16 @@ type fullSpec struct {
 	done bool
 }
 
-// nullElements refuses an object that holds null in a list. The apiserver
-// sends none in a pod or a Sidecar, whose lists hold no pointers, and a
-// decoder makes each a whole zero element: "containers":[null,...] decoded
-// is 2 KiB for 5 bytes sent (TestValidatingDrawsWhatItDecodes).
-func nullElements(object []byte) error {
-	var s jsonscan.Scanner
-	s.Reset(object)
-	first := firstNullElement(&s, -1)
-	s.End()
-	if err := s.Err(); err != nil {
-		return err
-	}
-	if first >= 0 {
-		return fmt.Errorf("%s is null: the apiserver sends no null list elements", jsonscan.PathAt(object, first))
-	}
-	return nil
-}
-
-// firstNullElement reads the value at s and returns the offset of the first
-// null element of an array in it, else first.
-func firstNullElement(s *jsonscan.Scanner, first int) int {
-	switch s.Peek() {
-	case '{':
-		s.Object()
-		for _, ok := s.Member(); ok; _, ok = s.Member() {
-			first = firstNullElement(s, first)
-		}
-	case '[':
-		s.Array()
-		for s.Element() {
-			if s.Peek() == 'n' && first < 0 {
-				first = s.Offset()
-			}
-			first = firstNullElement(s, first)
-		}
-	default:
-		s.Skip()
-	}
-	return first
-}
-
 // decode is an inject.PodSpecFunc.
 func (f *fullSpec) decode() (*corev1.PodSpec, error) {
 	if !f.done {
 		f.done = true
-		if f.err = f.b.take(objectCost(f.raw)); f.err == nil {
+		object := countObject(f.raw)
+		if f.err = f.b.take(object.cost); f.err == nil {
 			var pod struct {
 				Spec corev1.PodSpec `json:"spec"`
 			}
-			if f.err = decodeObject(f.raw, &pod); f.err == nil {
+			if f.err = object.decode(&pod); f.err == nil {
 				f.spec = &pod.Spec
 			}
 		}

@@ -225,7 +225,7 @@ func TestAttack31ApiserverSizedPodRefused(t *testing.T) {
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	t.Logf("body %d KiB, objectCost %d MiB: %d %.200s", len(body)>>10, objectCost(body)>>20, rec.Code, rec.Body)
+	t.Logf("body %d KiB, objectCost %d MiB: %d %.200s", len(body)>>10, countObject(body).cost>>20, rec.Code, rec.Body)
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"allowed":false`) {
 		t.Errorf("a pod the apiserver can send was answered %d, not judged: under failurePolicy Ignore its forged record is admitted", rec.Code)
 	}

@@ -27,7 +27,7 @@ func TestDecodePodDecodesAsTheApiserver(t *testing.T) {
 	pods["a member whose name differs in case is not read"] = []byte(`{"metadata":{"name":"p","Annotations":{"a":"b"}},"Spec":{"containers":[{"name":"x"}]}}`)
 	for name, raw := range pods {
 		var got, want corev1.Pod
-		if err := decodeObject(raw, &got); err != nil {
+		if err := countObject(raw).decode(&got); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &want); err != nil {
@@ -38,7 +38,7 @@ func TestDecodePodDecodesAsTheApiserver(t *testing.T) {
 			t.Errorf("%s: decodePod read\n%+v\nthe apiserver's decoder\n%+v", name, got, want)
 		}
 	}
-	if err := decodeObject([]byte(`{"spec":{"containers":[{"name":"app","ports":[{"containerPort":"80"}]}]}}`), &corev1.Pod{}); err == nil ||
+	if err := countObject([]byte(`{"spec":{"containers":[{"name":"app","ports":[{"containerPort":"80"}]}]}}`)).decode(&corev1.Pod{}); err == nil ||
 		!strings.Contains(err.Error(), "/spec/containers/0/ports/0/containerPort") {
 		t.Errorf("a port as a string: %v, want an error naming /spec/containers/0/ports/0/containerPort", err)
 	}
