@@ -1,6 +1,9 @@
 package inject
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 // BenchmarkInjectJSON is the engine's hot path: decode the pod's view, decide,
 // and write the patch for both examples, reusing the patch buffer as the
@@ -30,6 +33,28 @@ func BenchmarkInjectJSON(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// BenchmarkParseStatus reads a status of two signed records as the webhook
+// writes them: the controllers parse one for every pod they judge, the
+// validating webhook one for every pod it admits.
+func BenchmarkParseStatus(b *testing.B) {
+	e := mustEngine(b, exampleSidecars(b)...)
+	res, err := e.InjectJSON(reviewPod(b, "admissionreview-pod.json"), "shop", DefaultNamespaceLabels, testRing(b), nil)
+	if err != nil || len(res.Injected) == 0 {
+		b.Fatalf("nothing injected: %v %+v", err, res)
+	}
+	raw := string(statusLiteral(nil, res.Injected))
+	if err := json.Unmarshal([]byte(raw), &raw); err != nil { // the annotation's value, unquoted
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if status, err := ParseStatus(raw); err != nil || len(status.Sidecars) != len(res.Injected) {
+			b.Fatalf("read %+v: %v", status, err)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/signing"
 )
 
 // FuzzInjectJSON checks, for any pod JSON the apiserver would accept, that the
@@ -110,4 +111,138 @@ func FuzzInjectSizedAndLabelled(f *testing.F) {
 		}
 		checkBothPaths(t, e, raw, "fuzz")
 	})
+}
+
+// FuzzParseStatus checks the one-pass status reader against encoding/json:
+// where it reads a document, encoding/json decodes the same status from it;
+// where it refuses one that encoding/json decodes, the document is one the
+// webhook never writes, judged here from encoding/json's tokens: a member
+// given twice, too many records or container names, or a string that is
+// not plain printable ASCII.
+func FuzzParseStatus(f *testing.F) {
+	rec := v1alpha1.InjectionRecord{Name: "fluentd", Revision: "deb2fc0052937f2c", Containers: []string{"fluentd", "fluent-bit"},
+		Digest: "6_06Q64OWYUDuFNGXz3wymdWhQmbkrd2AA--WFFWxWM", VolumeDigest: "ZyKRNfTqpUmagpfzNUaZ2O2XbgHZWm896_aqH_D6QxY",
+		Owned: "r2.1.0.CyIedCNOdCNOEq4yVeoUlcubZdX1dCNOdCNOltVvdCNO_kSodCNO;varlog", Signature: "k1700000000.1T2a"}
+	written, err := encjson.Marshal(v1alpha1.InjectionStatus{Sidecars: []v1alpha1.InjectionRecord{rec, {Name: "xxl-agent", Revision: "1"}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(written)
+	for _, seed := range []string{
+		`null`, `{}`, ` {"sidecars":[]} `, `{"sidecars":null}`, `{"sidecars":[null,{}]}`, `{"x":[1,{"y":null}],"sidecars":[{"name":"a"}]}`,
+		`{"SIDECARS":[{"NAME":"a","Containers":["x",null],"containers2":1}]}`, `{"sidecars":[{"name":null,"revision":"r"}]}`,
+		`{"ſidecars":[{"ſignature":"s"}]}`, `{"sidecars":[{"containers":[]}]}`, `{"sidecars":[{"name":"a"}],"Sidecars":null}`,
+		`{"sidecars":[{"name":"a","Name":"b"}]}`, `{"sidecars":[{"name":"\u0061"}]}`, `{"sidecars":[{"name":"é"}]}`,
+		`{"sidecars":[{"name":"a","signature":"s"}],"sidecars":[{"name":"b"}]}`, `{"sidecars":[{"containers":["a","b"],"containers":[null]}]}`,
+		`{"sidecars":[{"name":1}]}`, `{"sidecars":[{"containers":"a"}]}`, `{"sidecars":[1]}`, `[]`, `{"sidecars":[{}]`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		got, err := ParseStatus(string(doc))
+		var want v1alpha1.InjectionStatus
+		wantErr := encjson.Unmarshal(doc, &want)
+		switch {
+		case err == nil && wantErr != nil:
+			t.Fatalf("ParseStatus(%q) read %+v; encoding/json refuses it: %v", doc, got, wantErr)
+		case err == nil && !reflect.DeepEqual(got, want):
+			t.Fatalf("ParseStatus(%q) = %#v; encoding/json decodes %#v", doc, got, want)
+		case err != nil && wantErr == nil && !neverWritten(doc):
+			t.Fatalf("ParseStatus(%q) refuses what the webhook could write: %v (encoding/json decodes %+v)", doc, err, want)
+		}
+	})
+}
+
+// neverWritten reports, from encoding/json's tokens of a valid document,
+// whether it is a status the webhook never writes.
+func neverWritten(doc []byte) bool {
+	for _, c := range doc {
+		if c == '\\' || c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r' || c > 0x7e {
+			return true // an escape, a control character or non-ASCII: maybe in a record's string
+		}
+	}
+	if len(doc) > MaxStatusBytes {
+		return true
+	}
+	dec := encjson.NewDecoder(strings.NewReader(string(doc)))
+	dec.UseNumber()
+	tok, _ := dec.Token()
+	if tok != encjson.Delim('{') {
+		return false
+	}
+	fields := []string{"name", "revision", "containers", "digest", "volumeDigest", "owned", "signature"}
+	sidecars := 0
+	for dec.More() {
+		key, _ := dec.Token()
+		if !strings.EqualFold(key.(string), "sidecars") {
+			skipTokens(dec)
+			continue
+		}
+		if sidecars++; sidecars > 1 {
+			return true
+		}
+		if tok, _ := dec.Token(); tok != encjson.Delim('[') {
+			continue // null: anything else would not decode
+		}
+		records := 0
+		for dec.More() {
+			if records++; records > MaxStatusRecords {
+				return true
+			}
+			if tok, _ := dec.Token(); tok != encjson.Delim('{') {
+				continue // null
+			}
+			seen := map[string]bool{}
+			for dec.More() {
+				key, _ := dec.Token()
+				field := ""
+				for _, f := range fields {
+					if strings.EqualFold(key.(string), f) {
+						field = f
+					}
+				}
+				if field != "" && seen[field] {
+					return true
+				}
+				seen[field] = true
+				if field != "containers" {
+					skipTokens(dec)
+					continue
+				}
+				if tok, _ := dec.Token(); tok == encjson.Delim('[') {
+					names := 0
+					for ; dec.More(); names++ {
+						_, _ = dec.Token()
+					}
+					_, _ = dec.Token()
+					if names > signing.MaxRecordContainers {
+						return true
+					}
+				}
+			}
+			_, _ = dec.Token()
+		}
+		_, _ = dec.Token()
+	}
+	return false
+}
+
+// skipTokens reads one value's tokens.
+func skipTokens(dec *encjson.Decoder) {
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return
+		}
+		switch tok {
+		case encjson.Delim('{'), encjson.Delim('['):
+			depth++
+		case encjson.Delim('}'), encjson.Delim(']'):
+			depth--
+		}
+		if depth == 0 {
+			return
+		}
+	}
 }

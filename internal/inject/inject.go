@@ -1,7 +1,6 @@
 package inject
 
 import (
-	encjson "encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -177,70 +176,61 @@ const MaxStatusBytes = 64 << 10
 // them, 23 MiB).
 const MaxStatusRecords = 256
 
-// ParseStatus reads the status annotation's value.
+// ParseStatus reads the status annotation's value in one pass, as
+// encoding/json decodes it into an InjectionStatus (FuzzParseStatus), but
+// refuses what the webhook never writes and encoding/json would allocate
+// for or merge: more than MaxStatusRecords records, more names in a record
+// than a Sidecar injects, a value of the wrong type (encoding/json decodes
+// on past one, allocating for every element: 64 KiB of numbers as container
+// names cost 5 MiB), a string that is not printable ASCII without escapes
+// (those cost encoding/json up to 11 times their length), and a member
+// given twice, which encoding/json merges into the first. Names match
+// fields as encoding/json matches them, case-insensitively.
 func ParseStatus(raw string) (v1alpha1.InjectionStatus, error) {
 	var status v1alpha1.InjectionStatus
 	if len(raw) > MaxStatusBytes {
 		return status, fmt.Errorf("%d bytes, more than the %d any the webhook writes", len(raw), MaxStatusBytes)
 	}
-	if err := checkStatusShape(unsafe.Slice(unsafe.StringData(raw), len(raw))); err != nil {
-		return status, err
-	}
-	err := encjson.Unmarshal([]byte(raw), &status)
-	return status, err
-}
-
-// checkStatusShape refuses, before encoding/json decodes it, a status that
-// it would refuse too but only after allocating for every element (a
-// type error each: 64 KiB of numbers as container names cost 5 MiB), or
-// that holds more records, or names in a record, than the webhook writes.
-// Names match fields as encoding/json matches them, case-insensitively.
-func checkStatusShape(raw []byte) error {
 	var s jsonscan.Scanner
-	s.Reset(raw)
-	records := 0
-	if s.Object() {
-		for key, ok := s.Member(); ok; key, ok = s.Member() {
-			if !strings.EqualFold(string(key), "sidecars") || !s.Array() {
-				s.Skip()
-				continue
-			}
-			for s.Element() {
-				if records++; records > MaxStatusRecords {
-					return fmt.Errorf("more than the %d records any the webhook writes", MaxStatusRecords)
-				}
-				if err := checkRecordShape(&s); err != nil {
-					return err
-				}
-			}
-		}
+	s.Reset(unsafe.Slice(unsafe.StringData(raw), len(raw)))
+	err := readStatus(&s, raw, &status)
+	if err == nil {
+		s.End()
+		err = s.Err()
 	}
-	s.End()
-	return s.Err()
+	if err != nil {
+		return v1alpha1.InjectionStatus{}, err
+	}
+	return status, nil
 }
 
-func checkRecordShape(s *jsonscan.Scanner) error {
+// readStatus reads the status document raw, which s scans, into status; a
+// syntax or type error is left in s. The strings read are raw's.
+func readStatus(s *jsonscan.Scanner, raw string, status *v1alpha1.InjectionStatus) error {
 	if !s.Object() {
-		return nil
+		return nil // null, or an error
 	}
+	seen := false
 	for key, ok := s.Member(); ok; key, ok = s.Member() {
-		field := recordField(key)
-		if field != recordContainers {
-			if field != "" {
-				if err := checkPlainString(s.Raw(), field); err != nil {
-					return err
-				}
-			} else {
-				s.Skip()
-			}
+		if !strings.EqualFold(string(key), "sidecars") {
+			s.Skip()
 			continue
 		}
-		n := 0
-		for ok := s.Array(); ok && s.Element(); {
-			if n++; n > signing.MaxRecordContainers {
-				return fmt.Errorf("a record names more than the %d containers a Sidecar may inject", signing.MaxRecordContainers)
+		if seen {
+			return fmt.Errorf("sidecars is given twice")
+		}
+		seen = true
+		if !s.Array() {
+			status.Sidecars = nil // null, or an error
+			continue
+		}
+		status.Sidecars = []v1alpha1.InjectionRecord{} // as encoding/json decodes []
+		for s.Element() {
+			if len(status.Sidecars) == MaxStatusRecords {
+				return fmt.Errorf("more than the %d records any the webhook writes", MaxStatusRecords)
 			}
-			if err := checkPlainString(s.Raw(), field); err != nil {
+			status.Sidecars = append(status.Sidecars, v1alpha1.InjectionRecord{})
+			if err := readRecord(s, raw, &status.Sidecars[len(status.Sidecars)-1]); err != nil {
 				return err
 			}
 		}
@@ -248,36 +238,91 @@ func checkRecordShape(s *jsonscan.Scanner) error {
 	return nil
 }
 
-// checkPlainString accepts null or a string of printable ASCII without
-// escapes, which is all the webhook writes in a record: names, hex and
-// base64url. Others would cost encoding/json up to 11 times their length.
-func checkPlainString(raw []byte, field string) error {
-	if raw == nil || string(raw) == "null" {
-		return nil // nil: the scanner holds the error
+func readRecord(s *jsonscan.Scanner, raw string, rec *v1alpha1.InjectionRecord) error {
+	if !s.Object() {
+		return nil // null, or an error
 	}
-	if raw[0] != '"' {
-		return fmt.Errorf("a record's %s is not a string", field)
-	}
-	for _, c := range raw[1 : len(raw)-1] {
-		if c < 0x20 || c > 0x7e || c == '\\' {
-			return fmt.Errorf("a record's %s has a byte the webhook never writes (%#x)", field, c)
+	var seen [len(recordFields)]bool
+	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		i := recordField(key)
+		if i < 0 {
+			s.Skip()
+			continue
+		}
+		field := recordFields[i]
+		if seen[i] {
+			return fmt.Errorf("a record gives its %s twice", field)
+		}
+		seen[i] = true
+		if field != recordContainers {
+			var err error
+			if *recordString(rec, i), err = plainString(s, raw, field); err != nil {
+				return err
+			}
+			continue
+		}
+		if !s.Array() {
+			rec.Containers = nil // null, or an error
+			continue
+		}
+		rec.Containers = []string{}
+		for s.Element() {
+			if len(rec.Containers) == signing.MaxRecordContainers {
+				return fmt.Errorf("a record names more than the %d containers a Sidecar may inject", signing.MaxRecordContainers)
+			}
+			name, err := plainString(s, raw, field)
+			if err != nil {
+				return err
+			}
+			rec.Containers = append(rec.Containers, name)
 		}
 	}
 	return nil
 }
 
+// plainString reads null, as "" (a member is read once, so null leaves it
+// as encoding/json does: zero), or a string of printable ASCII without
+// escapes, which is all the webhook writes in a record: names, hex and
+// base64url. The string is a part of doc, the document s scans: nothing is
+// copied.
+func plainString(s *jsonscan.Scanner, doc, field string) (string, error) {
+	s.Peek()
+	start := s.Offset()
+	value := s.Raw()
+	switch {
+	case value == nil || string(value) == "null": // nil: the scanner holds the error
+		return "", nil
+	case value[0] != '"':
+		return "", fmt.Errorf("a record's %s is not a string", field)
+	}
+	for _, c := range value[1 : len(value)-1] {
+		if c < 0x20 || c > 0x7e || c == '\\' {
+			return "", fmt.Errorf("a record's %s has a byte the webhook never writes (%#x)", field, c)
+		}
+	}
+	return doc[start+1 : start+len(value)-1], nil
+}
+
 // recordContainers is the record's one field that is not a string.
 const recordContainers = "containers"
 
-// recordField is the field of an InjectionRecord that a member name
-// decodes into, matched as encoding/json matches it ("" for none).
-func recordField(key []byte) string {
-	for _, f := range [...]string{"name", "revision", recordContainers, "digest", "volumeDigest", "owned", "signature"} {
+// recordFields are the fields of an InjectionRecord, as its JSON names them.
+var recordFields = [...]string{"name", "revision", recordContainers, "digest", "volumeDigest", "owned", "signature"}
+
+// recordField is the index in recordFields of the field a member name
+// decodes into, matched as encoding/json matches it; -1 for none.
+func recordField(key []byte) int {
+	for i, f := range recordFields {
 		if strings.EqualFold(string(key), f) {
-			return f
+			return i
 		}
 	}
-	return ""
+	return -1
+}
+
+// recordString is the string field of rec at index i of recordFields.
+func recordString(rec *v1alpha1.InjectionRecord, i int) *string {
+	return [...]*string{&rec.Name, &rec.Revision, nil, &rec.Digest, &rec.VolumeDigest, &rec.Owned, &rec.Signature}[i]
 }
 
 // volume looks up a volume of the pod's spec by name; nil if it has none.
