@@ -306,3 +306,34 @@ func TestAttackCopiedRecordOfAnOlderRevision(t *testing.T) {
 	waitBinding(t, sc, ns, ns+"/default")
 	t.Errorf("the copy %s runs the superseded image of revision %s and regained the grant: canExec=%v", stale.Name, oldRevision, canExec(t, ns, "default", ns))
 }
+
+// A copy of a valid record written with "sidecars" twice: encoding/json
+// merged the second member into the first, so the controllers and the
+// webhook read a record the webhook never wrote that way. It is refused,
+// naming the member.
+func TestAttackCopiedRecordGivenTwice(t *testing.T) {
+	ctx := context.Background()
+	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
+	applyServed(t, sc)
+	ns, tenantClient := tenant(t, nil)
+	orig, err := selectedPodAs(t, tenantClient, sc, ns, nil)
+	if err != nil || !injectedWith(orig, sc.Name) {
+		t.Fatalf("the tenant's selected pod was not injected (test setup): %v", err)
+	}
+	record := orig.Annotations[v1alpha1.AnnotationStatus]
+	spec := orig.Spec.DeepCopy()
+	spec.NodeName = ""
+	twice := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "twice-", Namespace: ns, Labels: orig.Labels,
+			Annotations: map[string]string{v1alpha1.AnnotationStatus: `{"sidecars":[],` + strings.TrimPrefix(record, "{")}},
+		Spec: *spec,
+	}
+	if err := tenantClient.Create(ctx, twice); err != nil {
+		t.Logf("secure: refused: %v", err)
+		if !strings.Contains(err.Error(), "sidecars is given twice") {
+			t.Errorf("the denial does not name the member given twice: %v", err)
+		}
+		return
+	}
+	t.Errorf("the tenant created %s with the record of %s written with sidecars twice: %s", twice.Name, orig.Name, twice.Annotations[v1alpha1.AnnotationStatus])
+}
