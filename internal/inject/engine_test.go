@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unsafe"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -548,6 +549,26 @@ func TestStatusIsWrittenInOneAllocation(t *testing.T) {
 		kept := make([]byte, 0, size)
 		if n := testing.AllocsPerRun(10, func() { statusLiteral(kept, records) }); n != 0 {
 			t.Errorf("%d records: written in %v allocations into a buffer of %d bytes, want 0", len(records), n, size)
+		}
+	}
+}
+
+// TestStatusKeepsNothingOfTheAnnotation: the records' strings are copies.
+// A record's name becomes an informer's index key, which outlives the pod
+// that brought it; as a part of the annotation, it kept the whole value
+// alive, up to 64 KiB a tenant pads beside a record.
+func TestStatusKeepsNothingOfTheAnnotation(t *testing.T) {
+	raw := `{"sidecars":[{"name":"fluentd","revision":"1","containers":["fluentd"],"digest":"d","volumeDigest":"v","owned":"o","signature":"s"}],"pad":"` +
+		strings.Repeat("x", 60<<10) + `"}`
+	status, err := ParseStatus(raw)
+	if err != nil || len(status.Sidecars) != 1 {
+		t.Fatalf("ParseStatus: %v %+v", err, status)
+	}
+	start := uintptr(unsafe.Pointer(unsafe.StringData(raw)))
+	r := &status.Sidecars[0]
+	for _, v := range []string{r.Name, r.Revision, r.Containers[0], r.Digest, r.VolumeDigest, r.Owned, r.Signature} {
+		if at := uintptr(unsafe.Pointer(unsafe.StringData(v))); at >= start && at < start+uintptr(len(raw)) {
+			t.Errorf("%q is a part of the annotation, at byte %d: it keeps all %d bytes alive", v, at-start, len(raw))
 		}
 	}
 }

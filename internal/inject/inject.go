@@ -193,7 +193,7 @@ func ParseStatus(raw string) (v1alpha1.InjectionStatus, error) {
 	}
 	var s jsonscan.Scanner
 	s.Reset(unsafe.Slice(unsafe.StringData(raw), len(raw)))
-	err := readStatus(&s, raw, &status)
+	err := readStatus(&s, &status)
 	if err == nil {
 		s.End()
 		err = s.Err()
@@ -204,9 +204,9 @@ func ParseStatus(raw string) (v1alpha1.InjectionStatus, error) {
 	return status, nil
 }
 
-// readStatus reads the status document raw, which s scans, into status; a
-// syntax or type error is left in s. The strings read are raw's.
-func readStatus(s *jsonscan.Scanner, raw string, status *v1alpha1.InjectionStatus) error {
+// readStatus reads the status document at s into status; a syntax or type
+// error is left in s.
+func readStatus(s *jsonscan.Scanner, status *v1alpha1.InjectionStatus) error {
 	if !s.Object() {
 		return nil // null, or an error
 	}
@@ -230,7 +230,7 @@ func readStatus(s *jsonscan.Scanner, raw string, status *v1alpha1.InjectionStatu
 				return fmt.Errorf("more than the %d records any the webhook writes", MaxStatusRecords)
 			}
 			status.Sidecars = append(status.Sidecars, v1alpha1.InjectionRecord{})
-			if err := readRecord(s, raw, &status.Sidecars[len(status.Sidecars)-1]); err != nil {
+			if err := readRecord(s, &status.Sidecars[len(status.Sidecars)-1]); err != nil {
 				return err
 			}
 		}
@@ -238,7 +238,7 @@ func readStatus(s *jsonscan.Scanner, raw string, status *v1alpha1.InjectionStatu
 	return nil
 }
 
-func readRecord(s *jsonscan.Scanner, raw string, rec *v1alpha1.InjectionRecord) error {
+func readRecord(s *jsonscan.Scanner, rec *v1alpha1.InjectionRecord) error {
 	if !s.Object() {
 		return nil // null, or an error
 	}
@@ -256,7 +256,7 @@ func readRecord(s *jsonscan.Scanner, raw string, rec *v1alpha1.InjectionRecord) 
 		seen[i] = true
 		if field != recordContainers {
 			var err error
-			if *recordString(rec, i), err = plainString(s, raw, field); err != nil {
+			if *recordString(rec, i), err = plainString(s, field); err != nil {
 				return err
 			}
 			continue
@@ -270,7 +270,7 @@ func readRecord(s *jsonscan.Scanner, raw string, rec *v1alpha1.InjectionRecord) 
 			if len(rec.Containers) == signing.MaxRecordContainers {
 				return fmt.Errorf("a record names more than the %d containers a Sidecar may inject", signing.MaxRecordContainers)
 			}
-			name, err := plainString(s, raw, field)
+			name, err := plainString(s, field)
 			if err != nil {
 				return err
 			}
@@ -283,11 +283,10 @@ func readRecord(s *jsonscan.Scanner, raw string, rec *v1alpha1.InjectionRecord) 
 // plainString reads null, as "" (a member is read once, so null leaves it
 // as encoding/json does: zero), or a string of printable ASCII without
 // escapes, which is all the webhook writes in a record: names, hex and
-// base64url. The string is a part of doc, the document s scans: nothing is
-// copied.
-func plainString(s *jsonscan.Scanner, doc, field string) (string, error) {
-	s.Peek()
-	start := s.Offset()
+// base64url. The string is a copy, not a part of the annotation: a name
+// kept as an informer's index key would keep all of it, and a tenant pads
+// what it writes (TestStatusKeepsNothingOfTheAnnotation).
+func plainString(s *jsonscan.Scanner, field string) (string, error) {
 	value := s.Raw()
 	switch {
 	case value == nil || string(value) == "null": // nil: the scanner holds the error
@@ -300,7 +299,7 @@ func plainString(s *jsonscan.Scanner, doc, field string) (string, error) {
 			return "", fmt.Errorf("a record's %s has a byte the webhook never writes (%#x)", field, c)
 		}
 	}
-	return doc[start+1 : start+len(value)-1], nil
+	return string(value[1 : len(value)-1]), nil
 }
 
 // recordContainers is the record's one field that is not a string.
