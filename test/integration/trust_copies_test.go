@@ -266,18 +266,26 @@ func waitSidecarImage(t *testing.T, sc *v1alpha1.Sidecar, image string) {
 	})
 }
 
+// tenantPodWithGrant serves an agent Sidecar that grants pods/exec, and
+// returns a tenant's namespace, its client and its pod the webhook injected.
+func tenantPodWithGrant(t *testing.T) (*v1alpha1.Sidecar, string, client.Client, *corev1.Pod) {
+	t.Helper()
+	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
+	applyServed(t, sc)
+	ns, tenantClient := tenant(t, nil)
+	pod, err := selectedPodAs(t, tenantClient, sc, ns, nil)
+	if err != nil || !injectedWith(pod, sc.Name) {
+		t.Fatalf("the tenant's selected pod was not injected (test setup): %v", err)
+	}
+	return sc, ns, tenantClient, pod
+}
+
 // The author replaces the sidecar's image (a CVE fix, say). A tenant who
 // kept an injected pod's spec and record must not create new pods that run
 // the superseded revision with the grant. (Found by the second review.)
 func TestAttackCopiedRecordOfAnOlderRevision(t *testing.T) {
 	ctx := context.Background()
-	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
-	applyServed(t, sc)
-	ns, tenantClient := tenant(t, nil)
-	orig, err := selectedPodAs(t, tenantClient, sc, ns, nil)
-	if err != nil || !injectedWith(orig, sc.Name) {
-		t.Fatalf("the tenant's selected pod was not injected (test setup): %v", err)
-	}
+	sc, ns, tenantClient, orig := tenantPodWithGrant(t)
 	waitBinding(t, sc, ns, ns+"/default")
 	oldRevision := currentRevision(t, sc)
 	fixed := "registry.example.com/xxl-agent:1.4.1-fixed"
@@ -295,8 +303,7 @@ func TestAttackCopiedRecordOfAnOlderRevision(t *testing.T) {
 			Annotations: map[string]string{v1alpha1.AnnotationStatus: orig.Annotations[v1alpha1.AnnotationStatus]}},
 		Spec: *spec,
 	}
-	err = tenantClient.Create(ctx, stale)
-	if err != nil {
+	if err := tenantClient.Create(ctx, stale); err != nil {
 		t.Logf("secure: the copy of revision %s was refused: %v", oldRevision, err)
 		if !strings.Contains(err.Error(), "is of revision "+oldRevision) {
 			t.Errorf("the denial does not name the old revision %s: %v", oldRevision, err)
@@ -313,13 +320,7 @@ func TestAttackCopiedRecordOfAnOlderRevision(t *testing.T) {
 // naming the member.
 func TestAttackCopiedRecordGivenTwice(t *testing.T) {
 	ctx := context.Background()
-	sc := agentSidecar(&v1alpha1.SidecarRBAC{Rules: execRules})
-	applyServed(t, sc)
-	ns, tenantClient := tenant(t, nil)
-	orig, err := selectedPodAs(t, tenantClient, sc, ns, nil)
-	if err != nil || !injectedWith(orig, sc.Name) {
-		t.Fatalf("the tenant's selected pod was not injected (test setup): %v", err)
-	}
+	_, ns, tenantClient, orig := tenantPodWithGrant(t)
 	record := orig.Annotations[v1alpha1.AnnotationStatus]
 	spec := orig.Spec.DeepCopy()
 	spec.NodeName = ""
