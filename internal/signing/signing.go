@@ -38,22 +38,40 @@ type key struct {
 	id      string
 	created time.Time
 	secret  []byte
-	// macs holds reusable HMAC states of secret: a new one costs allocations
+	// macs holds reusable macStates of secret: a new HMAC costs allocations
 	// on the webhook's path.
 	macs *sync.Pool
 }
 
-func newKey(id string, created time.Time, secret []byte) key {
-	return key{id: id, created: created, secret: secret, macs: &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}}
+// macState is an HMAC of one key and the buffers its message and sum are
+// made in: a buffer handed to the HMAC through its interface escapes, one
+// allocation each time.
+type macState struct {
+	h        hash.Hash
+	msg, sum []byte
 }
 
-// mac appends the HMAC of msg under k to dst.
-func (k *key) mac(dst, msg []byte) []byte {
-	h := k.macs.Get().(hash.Hash)
-	h.Reset()
-	h.Write(msg)
-	dst = h.Sum(dst)
-	k.macs.Put(h)
+// maxKeptMessage is the largest message buffer a macState keeps: a record
+// a tenant wrote can be as long as the status annotation.
+const maxKeptMessage = 4 << 10
+
+func newKey(id string, created time.Time, secret []byte) key {
+	return key{id: id, created: created, secret: secret, macs: &sync.Pool{New: func() any { return &macState{h: hmac.New(sha256.New, secret)} }}}
+}
+
+// appendMAC appends to dst the HMAC under k of what a signature of rec
+// covers (message).
+func (k *key) appendMAC(dst []byte, namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) []byte {
+	m := k.macs.Get().(*macState)
+	m.msg = message(m.msg[:0], namespace, serviceAccount, sidecarUID, rec)
+	m.h.Reset()
+	m.h.Write(m.msg)
+	m.sum = m.h.Sum(m.sum[:0])
+	dst = append(dst, m.sum...)
+	if cap(m.msg) > maxKeptMessage {
+		m.msg = nil
+	}
+	k.macs.Put(m)
 	return dst
 }
 
@@ -179,12 +197,10 @@ func (r *Ring) Sign(namespace, serviceAccount, sidecarUID string, rec *v1alpha1.
 		return
 	}
 	k := r.signer(time.Now())
-	var buf [512]byte
-	msg := message(buf[:0], namespace, serviceAccount, sidecarUID, rec)
 	var sum [sha256.Size]byte
-	mac := k.mac(sum[:0], msg)
-	sig := make([]byte, 0, len(k.id)+1+base64.RawURLEncoding.EncodedLen(len(mac)))
-	sig = base64.RawURLEncoding.AppendEncode(append(append(sig, k.id...), '.'), mac)
+	mac := k.appendMAC(sum[:0], namespace, serviceAccount, sidecarUID, rec)
+	var buf [128]byte // the key's id, a dot and 43 bytes of base64: one allocation, the string
+	sig := base64.RawURLEncoding.AppendEncode(append(append(buf[:0], k.id...), '.'), mac)
 	rec.Signature = string(sig)
 }
 
@@ -318,8 +334,9 @@ func (r *Ring) verifySignature(namespace, serviceAccount, sidecarUID string, rec
 	if i < 0 {
 		return fmt.Errorf("%w (%s)", ErrUnknownKey, id)
 	}
+	var sum [sha256.Size]byte
 	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, r.keys[i].mac(nil, message(nil, namespace, serviceAccount, sidecarUID, rec))) {
+	if err != nil || !hmac.Equal(got, r.keys[i].appendMAC(sum[:0], namespace, serviceAccount, sidecarUID, rec)) {
 		return ErrBadSignature
 	}
 	return nil

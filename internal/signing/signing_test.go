@@ -489,3 +489,29 @@ func TestOrPullPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestSignAllocatesTheSignatureOnly: the webhook signs every record it
+// writes; the HMAC and the buffers of its message and sum are reused, so
+// signing allocates the signature's string and nothing else. A record
+// whose message outgrows the kept buffer still signs alike.
+func TestSignAllocatesTheSignatureOnly(t *testing.T) {
+	r := ring(t, map[string][]byte{"k1": secretOf(1)}, 0)
+	_, rec := signedPod(t, r)
+	want := rec.Signature
+	if n := testing.AllocsPerRun(100, func() { r.Sign("ns", "agent", "uid-1", rec) }); n != 1 {
+		t.Errorf("Sign allocated %.1f times; want 1, the signature", n)
+	}
+	if rec.Signature != want {
+		t.Errorf("signed again: %q, first %q", rec.Signature, want)
+	}
+	long := *rec
+	long.Owned = strings.Repeat("o", 2*maxKeptMessage)
+	r.Sign("ns", "agent", "uid-1", &long)
+	r.Sign("ns", "agent", "uid-1", rec)
+	if rec.Signature != want {
+		t.Errorf("after a long record: %q, first %q", rec.Signature, want)
+	}
+	if err := r.verifySignature("ns", "agent", "uid-1", &long); err != nil {
+		t.Errorf("the long record does not verify: %v", err)
+	}
+}
