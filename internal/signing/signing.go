@@ -63,16 +63,21 @@ func newKey(id string, created time.Time, secret []byte) key {
 // covers (message).
 func (k *key) appendMAC(dst []byte, namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) []byte {
 	m := k.macs.Get().(*macState)
+	dst = m.appendMAC(dst, namespace, serviceAccount, sidecarUID, rec)
+	k.macs.Put(m)
+	return dst
+}
+
+// appendMAC is key.appendMAC with this state.
+func (m *macState) appendMAC(dst []byte, namespace, serviceAccount, sidecarUID string, rec *v1alpha1.InjectionRecord) []byte {
 	m.msg = message(m.msg[:0], namespace, serviceAccount, sidecarUID, rec)
 	m.h.Reset()
 	m.h.Write(m.msg)
 	m.sum = m.h.Sum(m.sum[:0])
-	dst = append(dst, m.sum...)
 	if cap(m.msg) > maxKeptMessage {
 		m.msg = nil
 	}
-	k.macs.Put(m)
-	return dst
+	return append(dst, m.sum...)
 }
 
 // Ring holds the keys that verify records; the newest key old enough to be
