@@ -178,14 +178,12 @@ const MaxStatusRecords = 256
 
 // ParseStatus reads the status annotation's value in one pass, as
 // encoding/json decodes it into an InjectionStatus (FuzzParseStatus), but
-// refuses what the webhook never writes and encoding/json would allocate
-// for or merge: more than MaxStatusRecords records, more names in a record
-// than a Sidecar injects, a value of the wrong type (encoding/json decodes
-// on past one, allocating for every element: 64 KiB of numbers as container
-// names cost 5 MiB), a string that is not printable ASCII without escapes
-// (those cost encoding/json up to 11 times their length), and a member
-// given twice, which encoding/json merges into the first. Names match
-// fields as encoding/json matches them, case-insensitively.
+// refuses, where it finds them, what the webhook never writes: more than
+// MaxStatusRecords records, more names in a record than a Sidecar injects,
+// a value of the wrong type, a string that is not printable ASCII without
+// escapes, and a member given twice, which encoding/json would merge into
+// the first. Names match fields as encoding/json matches them,
+// case-insensitively.
 func ParseStatus(raw string) (v1alpha1.InjectionStatus, error) {
 	var status v1alpha1.InjectionStatus
 	if len(raw) > MaxStatusBytes {
@@ -249,14 +247,14 @@ func readRecord(s *jsonscan.Scanner, rec *v1alpha1.InjectionRecord) error {
 			s.Skip()
 			continue
 		}
-		field := recordFields[i]
+		field := recordFields[i].name
 		if seen[i] {
 			return fmt.Errorf("a record gives its %s twice", field)
 		}
 		seen[i] = true
-		if field != recordContainers {
+		if value := recordFields[i].value; value != nil {
 			var err error
-			if *recordString(rec, i), err = plainString(s, field); err != nil {
+			if *value(rec), err = plainString(s, field); err != nil {
 				return err
 			}
 			continue
@@ -302,26 +300,31 @@ func plainString(s *jsonscan.Scanner, field string) (string, error) {
 	return string(value[1 : len(value)-1]), nil
 }
 
-// recordContainers is the record's one field that is not a string.
-const recordContainers = "containers"
-
-// recordFields are the fields of an InjectionRecord, as its JSON names them.
-var recordFields = [...]string{"name", "revision", recordContainers, "digest", "volumeDigest", "owned", "signature"}
+// recordFields are the fields of an InjectionRecord, as its JSON names
+// them, and where each string is kept: the names, containers, are the one
+// field that is not a string.
+var recordFields = [...]struct {
+	name  string
+	value func(*v1alpha1.InjectionRecord) *string
+}{
+	{"name", func(r *v1alpha1.InjectionRecord) *string { return &r.Name }},
+	{"revision", func(r *v1alpha1.InjectionRecord) *string { return &r.Revision }},
+	{"containers", nil},
+	{"digest", func(r *v1alpha1.InjectionRecord) *string { return &r.Digest }},
+	{"volumeDigest", func(r *v1alpha1.InjectionRecord) *string { return &r.VolumeDigest }},
+	{"owned", func(r *v1alpha1.InjectionRecord) *string { return &r.Owned }},
+	{"signature", func(r *v1alpha1.InjectionRecord) *string { return &r.Signature }},
+}
 
 // recordField is the index in recordFields of the field a member name
 // decodes into, matched as encoding/json matches it; -1 for none.
 func recordField(key []byte) int {
-	for i, f := range recordFields {
-		if strings.EqualFold(string(key), f) {
+	for i := range recordFields {
+		if strings.EqualFold(string(key), recordFields[i].name) {
 			return i
 		}
 	}
 	return -1
-}
-
-// recordString is the string field of rec at index i of recordFields.
-func recordString(rec *v1alpha1.InjectionRecord, i int) *string {
-	return [...]*string{&rec.Name, &rec.Revision, nil, &rec.Digest, &rec.VolumeDigest, &rec.Owned, &rec.Signature}[i]
 }
 
 // volume looks up a volume of the pod's spec by name; nil if it has none.
