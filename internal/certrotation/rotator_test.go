@@ -58,7 +58,7 @@ func newFixture(t *testing.T, opts Options) *fixture {
 				if f.blockValidating {
 					return errBlocked
 				}
-				return webhookconfig.EnsureValidating(ctx, c, webhookconfig.Validating(configName, target, bundle, admissionv1.Fail), true)
+				return webhookconfig.EnsureValidating(ctx, c, webhookconfig.Validating(configName, target, bundle), true)
 			},
 		},
 	}

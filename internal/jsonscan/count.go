@@ -17,7 +17,15 @@ type Counts struct {
 	// FirstNullElement is the offset of the first null that is an array's
 	// element, -1 for none: a decoder makes each a whole zero element.
 	FirstNullElement int
+	// LongStringBytes are the bytes, quotes included, of the strings of
+	// more than LongString bytes: parsing one as a number (a quantity)
+	// costs about ten bytes a byte.
+	LongStringBytes int
 }
+
+// LongString is the length, quotes included, past which a string counts
+// in LongStringBytes.
+const LongString = 64
 
 // Byte classes outside strings.
 const (
@@ -56,6 +64,9 @@ func Count(d []byte) Counts {
 				return c
 			}
 			c.Scalars++
+			if end-i > LongString {
+				c.LongStringBytes += end - i
+			}
 			i, afterValue, element = end-1, true, false
 		case classOpen:
 			c.Containers++

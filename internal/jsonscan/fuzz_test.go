@@ -45,7 +45,7 @@ func FuzzScanner(f *testing.F) {
 // FuzzCount checks Count against encoding/json's tokens on every valid
 // document.
 func FuzzCount(f *testing.F) {
-	for _, seed := range []string{`{"a":[{},[]],"b":"{[\"]}"}`, `[{},{},{}]`, `"\\"`, `{"k\"{":[1, -2.5e3,true ,null]}`, ` 12 `, `{"a":null,"b":[ null]}`, `[{"n":null},[1,null]]`} {
+	for _, seed := range []string{`{"a":[{},[]],"b":"{[\"]}"}`, `{"` + strings.Repeat("k", 70) + `" : "` + strings.Repeat(`\"`, 40) + `"}`, `[{},{},{}]`, `"\\"`, `{"k\"{":[1, -2.5e3,true ,null]}`, ` 12 `, `{"a":null,"b":[ null]}`, `[{"n":null},[1,null]]`} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
@@ -58,9 +58,17 @@ func FuzzCount(f *testing.F) {
 		dec.UseNumber() // a number out of float64's range is still a token
 		var open []json.Delim
 		for {
+			start := dec.InputOffset()
 			tok, err := dec.Token()
 			if err != nil {
 				break
+			}
+			if _, ok := tok.(string); ok {
+				// The token's bytes: what follows the last token, from its quote.
+				raw := doc[start:dec.InputOffset()]
+				if n := len(raw) - bytes.IndexByte(raw, '"'); n > LongString {
+					want.LongStringBytes += n
+				}
 			}
 			switch tok {
 			case json.Delim('{'), json.Delim('['):

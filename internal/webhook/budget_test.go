@@ -212,3 +212,66 @@ func TestValidatingSidecarsDrawsWhatItDecodes(t *testing.T) {
 		}
 	}
 }
+
+// TestValidatingJudgesLargeValidPods: pods the apiserver accepts, whose
+// count prices more than any review may hold (3/4 of the budget), are
+// priced by their types, judged, and charged at least what decoding
+// allocates. Priced by their count alone, the first was refused with 413.
+func TestValidatingJudgesLargeValidPods(t *testing.T) {
+	m := newMutator(t)
+	v := &Validator{Engines: m.Engines, NamespaceLabels: inject.DefaultNamespaceLabels}
+	warm := testReview(t, "admissionreview-pod.json")
+	v.validatePods(httptest.NewRecorder(), nil, &warm, nil)
+	largeShare := int64(DefaultMaxBufferedBytes * 3 / 4)
+	envs := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, `{"name":"E%d","value":"x"},`, i)
+		}
+		return b.String()
+	}
+	volumes := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, `{"name":"v%d","emptyDir":{"sizeLimit":"1Gi"}},`, i)
+		}
+		return b.String()
+	}
+	for name, body := range map[string][]byte{
+		"20,000 env entries": amplified(`},"spec":{"containers":[{"name":"app","image":"app","env":[`+envs(20000)+`{"name":"LAST"}]}]`, "", "}", 0),
+		"8,000 volumes and a quantity of 1e200": amplified(`},"spec":{"containers":[{"name":"app","image":"app"}],"volumes":[`+volumes(8000)+
+			`{"name":"last","emptyDir":{"sizeLimit":"100e198"}}]`, "", "}", 0),
+	} {
+		body = bytes.Replace(body, []byte(`,}}}`), []byte(`}}}`), 1) // amplified's empty item
+		if counted := countObject(objectOf(t, body)); counted.cost <= largeShare {
+			t.Fatalf("%s: its count prices %d MiB, within what a review may hold: it tests nothing", name, counted.cost>>20)
+		}
+		b := &budget{l: newLimiter(Limits{})}
+		rec := httptest.NewRecorder()
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		v.validatePods(rec, nil, &body, b)
+		runtime.ReadMemStats(&after)
+		charged := b.n
+		b.release()
+		allocated := int64(after.TotalAlloc - before.TotalAlloc)
+		t.Logf("%s: %d KiB, charged %d KiB, allocated %d KiB, status %d %.300s", name, len(body)>>10, charged>>10, allocated>>10, rec.Code, rec.Body)
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"allowed":true`) {
+			t.Errorf("%s: not admitted: %d %.300s", name, rec.Code, rec.Body)
+		}
+		if allocated > charged+refusalSlack {
+			t.Errorf("%s: decoding allocated %d KiB, more than the %d KiB charged", name, allocated>>10, charged>>10)
+		}
+	}
+}
+
+// objectOf returns request.object of a review.
+func objectOf(t *testing.T, body []byte) []byte {
+	t.Helper()
+	rv, err := readReview(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rv.Request.Object
+}

@@ -197,6 +197,11 @@ func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte, b *
 		}
 	}()
 	if err := decodePodReview(body, &review, b); err != nil {
+		// A pod read past the budget is judged when its uid was read, as the
+		// apiserver sends it: first.
+		if q := review.Request; q != nil && q.UID != "" && denyAtLimit(w, review.APIVersion, q.UID, err) {
+			return
+		}
 		if !answerLimit(w, err) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 		}
@@ -209,7 +214,7 @@ func (m *Mutator) review(w http.ResponseWriter, r *http.Request, in *[]byte, b *
 		req.fullSpec.b = b
 		res, err := engine.InjectView(req.injection, deadline, &req.Object, req.Namespace, m.NamespaceLabels, m.NamespaceAnnotation,
 			req.decodeSpec, signer, (*out)[:0])
-		if answerLimit(w, req.fullSpec.err) { // the engine may have wrapped or dropped it
+		if denyAtLimit(w, review.APIVersion, req.UID, req.fullSpec.err) { // the engine may have wrapped or dropped it
 			return
 		}
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -73,15 +74,19 @@ func TestEveryEndpointRefusesHostileInput(t *testing.T) {
 }
 
 // TestPodUpdateWithoutOldObjectIsRefused: the record comparison of an
-// UPDATE needs the stored pod, so a review without it is not judged.
+// UPDATE needs the stored pod, so a review without it is denied, with a
+// judgement (a failed call would be admitted under failurePolicy Ignore).
 func TestPodUpdateWithoutOldObjectIsRefused(t *testing.T) {
 	for _, old := range []string{``, `,"oldObject":null`} {
 		body := `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","operation":"UPDATE",` +
 			`"kind":{"group":"","version":"v1","kind":"Pod"},"namespace":"ns","object":{"metadata":{"name":"p","namespace":"ns"}}` + old + `}}`
 		req, _ := http.NewRequest(http.MethodPost, PathValidatePods, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		if code := serve(testServer(t).Handler(), req); code != http.StatusBadRequest {
-			t.Errorf("UPDATE with oldObject %q: status %d, want 400", old, code)
+		rec := httptest.NewRecorder()
+		testServer(t).Handler().ServeHTTP(rec, req)
+		want := `"allowed":false,"status":{"status":"Failure","reason":"BadRequest","code":400,"message":"an UPDATE review of a pod must carry request.oldObject"}`
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("UPDATE with oldObject %q: status %d %s, want a denial %s", old, rec.Code, rec.Body, want)
 		}
 	}
 }

@@ -144,19 +144,23 @@ func reviewTimeout(r *http.Request) time.Duration {
 const (
 	costPerContainer = 5 << 9
 	costPerScalar    = 64
+	// costPerLongStringByte is what parsing a long string as a quantity
+	// costs beyond its bytes (inject.ReadQuantity): about ten bytes a byte.
+	costPerLongStringByte = 12
 )
 
 // decodeCost prices decoding an object in full into Go types (counted.decode):
 // twice its bytes (strings, raw values), 2.5 KiB per object or array and 512
 // bytes per scalar (a map entry of two scalars is about 300, a decimal
-// quantity's about 840). Quantities, which cost about 10 bytes a byte to
-// parse, are refused past 24 bytes, and lists holding null, which decode to
-// a whole struct each, before decoding.
+// quantity's about 840), and 12 more a byte of each string past
+// jsonscan.LongString bytes, which a quantity costs to parse. Lists holding
+// null, which decode to a whole struct each, are refused before decoding.
 func decodeCost(body []byte) int64 { return countedCost(body, jsonscan.Count(body)) }
 
 // countedCost is decodeCost from body's counts.
 func countedCost(body []byte, n jsonscan.Counts) int64 {
-	return 2*int64(len(body)+2*n.NonASCII) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*8*costPerScalar
+	return 2*int64(len(body)+2*n.NonASCII) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*8*costPerScalar +
+		int64(n.LongStringBytes)*costPerLongStringByte
 }
 
 // budget is the bytes of the limits one review holds: its declared length
@@ -240,6 +244,24 @@ func answerLimit(w http.ResponseWriter, err error) bool {
 	default:
 		http.Error(w, e.msg, e.code)
 	}
+	return true
+}
+
+// denyAtLimit answers err, a review of uid refused at a limit, with a
+// judgement, and says whether err was a *limitError: allowed false, with
+// 429 and a retry hint where others hold the budget now, 413 where no review
+// may hold what this one costs. An HTTP error instead would be a failed
+// call, which the apiserver admits under failurePolicy Ignore.
+func denyAtLimit(w http.ResponseWriter, apiVersion, uid string, err error) bool {
+	e, ok := errors.AsType[*limitError](err)
+	if !ok {
+		return false
+	}
+	resp := response{apiVersion: apiVersion, uid: uid, code: e.code, reason: "RequestEntityTooLarge", denial: "the webhook cannot afford this review: " + e.msg}
+	if e.code == http.StatusTooManyRequests {
+		resp.reason, resp.denial = "TooManyRequests", "the webhook is at a limit: "+e.msg+"; retry in a second"
+	}
+	writeResponse(w, resp.appendJSON(nil))
 	return true
 }
 

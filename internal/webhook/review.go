@@ -4,7 +4,8 @@ import (
 	encjson "encoding/json"
 	"errors"
 	"fmt"
-
+	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,15 +101,20 @@ type fullSpec struct {
 	done bool
 }
 
+// podSpecOnly is what fullSpec decodes of a pod.
+type podSpecOnly struct {
+	Spec corev1.PodSpec `json:"spec"`
+}
+
+var podSpecOnlyType = reflect.TypeFor[podSpecOnly]()
+
 // decode is an inject.PodSpecFunc.
 func (f *fullSpec) decode() (*corev1.PodSpec, error) {
 	if !f.done {
 		f.done = true
-		object := countObject(f.raw)
+		object := countObject(f.raw).typed(podSpecOnlyType)
 		if f.err = f.b.take(object.cost); f.err == nil {
-			var pod struct {
-				Spec corev1.PodSpec `json:"spec"`
-			}
+			var pod podSpecOnly
 			if f.err = object.decode(&pod); f.err == nil {
 				f.spec = &pod.Spec
 			}
@@ -266,6 +272,10 @@ type response struct {
 	patch      []byte
 	warnings   []string
 	denial     string
+	// code and reason are the denial's status: 403 Forbidden unless set,
+	// as for a review refused at a limit (denyAtLimit).
+	code   int
+	reason string
 }
 
 func (r *response) appendJSON(dst []byte) []byte {
@@ -274,7 +284,15 @@ func (r *response) appendJSON(dst []byte) []byte {
 	dst = append(dst, `,"kind":"AdmissionReview","response":{"uid":`...)
 	dst = appendString(dst, r.uid)
 	if r.denial != "" {
-		dst = append(dst, `,"allowed":false,"status":{"status":"Failure","reason":"Forbidden","code":403,"message":`...)
+		code, reason := r.code, r.reason
+		if code == 0 {
+			code, reason = http.StatusForbidden, "Forbidden"
+		}
+		dst = append(dst, `,"allowed":false,"status":{"status":"Failure","reason":`...)
+		dst = appendString(dst, reason)
+		dst = append(dst, `,"code":`...)
+		dst = strconv.AppendInt(dst, int64(code), 10)
+		dst = append(dst, `,"message":`...)
 		dst = appendString(dst, r.denial)
 		dst = append(dst, '}')
 	} else {

@@ -11,6 +11,54 @@ import (
 // corev1.PodSpec is dear for their size; fullDecodeCost charges at least
 // what sigs.k8s.io/json allocates for each.
 func TestAttack30bFullDecodeCharged(t *testing.T) {
+	for name, doc := range fullDecodeShapes() {
+		body := []byte(doc)
+		b := &budget{l: newLimiter(Limits{MaxBufferedBytes: 1 << 30})}
+		full := fullSpec{raw: body, b: b}
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := full.decode()
+		runtime.ReadMemStats(&after)
+		alloc, cost := int64(after.TotalAlloc-before.TotalAlloc), b.n
+		b.release()
+		t.Logf("%s: %d bytes, charged %d KiB, allocated %d KiB (%.2f of the charge), err %v",
+			name, len(body), cost>>10, alloc>>10, float64(alloc)/float64(cost), err != nil)
+		if alloc > max(cost, 4<<10) { // refused before decoding: its error message
+			t.Errorf("%s: allocated %d KiB, charged %d KiB", name, alloc>>10, cost>>10)
+		}
+	}
+}
+
+// TestTypedCostBoundsDecoding: typedCost, which prices an object whose
+// count prices it at typedFrom or more, is at least what decoding each of
+// the dear shapes allocates, whatever its count's price.
+func TestTypedCostBoundsDecoding(t *testing.T) {
+	for name, doc := range fullDecodeShapes() {
+		body := []byte(doc)
+		object := countObject(body)
+		cost, err := typedCost(body, podSpecOnlyType)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var pod podSpecOnly
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err = object.decode(&pod)
+		runtime.ReadMemStats(&after)
+		alloc := int64(after.TotalAlloc - before.TotalAlloc)
+		t.Logf("%s: %d bytes, typed %d KiB, counted %d KiB, allocated %d KiB (%.2f of the typed price), err %v",
+			name, len(body), cost>>10, object.cost>>10, alloc>>10, float64(alloc)/float64(cost), err != nil)
+		if alloc > max(cost, 4<<10) {
+			t.Errorf("%s: allocated %d KiB, typed price %d KiB", name, alloc>>10, cost>>10)
+		}
+	}
+}
+
+// fullDecodeShapes are pods, as their spec alone, that are dear to decode
+// for their size.
+func fullDecodeShapes() map[string]string {
 	const n = 4096
 	rep := func(unit string) string { return strings.TrimSuffix(strings.Repeat(unit, n), ",") }
 	repf := func(f func(i int) string) string {
@@ -24,7 +72,7 @@ func TestAttack30bFullDecodeCharged(t *testing.T) {
 		return b.String()
 	}
 	spec := func(s string) string { return `{"spec":{` + s + `}}` }
-	shapes := map[string]string{
+	return map[string]string{
 		"empty containers":               spec(`"containers":[` + rep(`{},`) + `]`),
 		"empty ephemeral":                spec(`"ephemeralContainers":[` + rep(`{},`) + `]`),
 		"empty init":                     spec(`"initContainers":[` + rep(`{},`) + `]`),
@@ -54,22 +102,5 @@ func TestAttack30bFullDecodeCharged(t *testing.T) {
 		"duplicate containers keys":      spec(strings.Repeat(`"containers":[{},{},{},{}],`, n/4) + `"x":0`),
 		"topology spread":                spec(`"topologySpreadConstraints":[` + rep(`{"labelSelector":{"matchExpressions":[{}]},"matchLabelKeys":[""]},`) + `]`),
 		"host aliases":                   spec(`"hostAliases":[` + rep(`{"hostnames":[""]},`) + `]`),
-	}
-	for name, doc := range shapes {
-		body := []byte(doc)
-		b := &budget{l: newLimiter(Limits{MaxBufferedBytes: 1 << 30})}
-		full := fullSpec{raw: body, b: b}
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		_, err := full.decode()
-		runtime.ReadMemStats(&after)
-		alloc, cost := int64(after.TotalAlloc-before.TotalAlloc), b.n
-		b.release()
-		t.Logf("%s: %d bytes, charged %d KiB, allocated %d KiB (%.2f of the charge), err %v",
-			name, len(body), cost>>10, alloc>>10, float64(alloc)/float64(cost), err != nil)
-		if alloc > max(cost, 4<<10) { // refused before decoding: its error message
-			t.Errorf("%s: allocated %d KiB, charged %d KiB", name, alloc>>10, cost>>10)
-		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -141,20 +142,27 @@ func (v *Validator) read(w http.ResponseWriter, body []byte, want string, b *bud
 	case rv.Request.Kind.Kind != want:
 		http.Error(w, "this endpoint admits "+want+" only, got kind "+quoteHeader(rv.Request.Kind.Kind), http.StatusBadRequest)
 	default:
-		count := countObject
+		count, t := countObject, podType
 		if want == "Sidecar" {
-			count = countSidecar
+			count, t = countSidecar, sidecarType
 		}
 		q := rv.Request
-		q.object, q.oldObject = count(q.Object), count(q.OldObject)
+		q.object, q.oldObject = count(q.Object).typed(t), count(q.OldObject).typed(t)
 		if err := b.take(q.object.cost + q.oldObject.cost); err != nil {
-			answerLimit(w, err)
+			if !denyAtLimit(w, rv.APIVersion, q.UID, err) {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
 			return nil, false
 		}
 		return rv, true
 	}
 	return nil, false
 }
+
+var (
+	podType     = reflect.TypeFor[corev1.Pod]()
+	sidecarType = reflect.TypeFor[v1alpha1.Sidecar]()
+)
 
 // counted is an object of a review as sent, and what one count of its
 // tokens (jsonscan.Count) found: what decoding it costs, and the offset of
@@ -163,6 +171,21 @@ type counted struct {
 	data      []byte
 	cost      int64
 	firstNull int
+	// extra is the part of cost for what follows decoding: the records'
+	// parse, a Sidecar's templates.
+	extra int64
+}
+
+// typed is c priced by the Go types of t (typedCost) where its count's
+// price is at least typedFrom and the types' is less.
+func (c counted) typed(t reflect.Type) counted {
+	if c.cost < typedFrom {
+		return c
+	}
+	if cost, err := typedCost(c.data, t); err == nil && cost+c.extra < c.cost {
+		c.cost = cost + c.extra
+	}
+	return c
 }
 
 // countObject prices what decode and the records' parsing cost: decodeCost,
@@ -180,8 +203,8 @@ func countObject(object []byte) counted {
 	if skipped != nil {
 		cost -= decodeCost(skipped)
 	}
-	cost += 16*int64(len(status)) + 2<<10*int64(bytes.Count(status, []byte("{")))
-	return counted{data: object, cost: cost, firstNull: n.FirstNullElement}
+	records := 16*int64(len(status)) + 2<<10*int64(bytes.Count(status, []byte("{")))
+	return counted{data: object, cost: cost + records, firstNull: n.FirstNullElement, extra: records}
 }
 
 // countSidecar is countObject and what compiling the Sidecar's templates
@@ -192,7 +215,9 @@ func countObject(object []byte) counted {
 func countSidecar(object []byte) counted {
 	actions := bytes.Count(object, []byte("{{")) + bytes.Count(object, []byte(`\u007b`)) + bytes.Count(object, []byte(`\u007B`))
 	c := countObject(object)
-	c.cost += 16<<10*int64(min(actions, inject.MaxTemplates)) + 1<<10*int64(min(actions, inject.MaxTemplates*inject.MaxTemplateNodes))
+	templates := 16<<10*int64(min(actions, inject.MaxTemplates)) + 1<<10*int64(min(actions, inject.MaxTemplates*inject.MaxTemplateNodes))
+	c.cost += templates
+	c.extra += templates
 	return c
 }
 
@@ -231,6 +256,40 @@ func metadataParts(object []byte) (managedFields, status []byte) {
 	return managedFields, status
 }
 
+// unjudged denies a review the webhook could not judge, with the status
+// code of why: an HTTP error instead would be a failed call, which the
+// apiserver admits under failurePolicy Ignore.
+func unjudged(w http.ResponseWriter, rv *review, code int, why string) {
+	resp := response{apiVersion: rv.APIVersion, uid: rv.Request.UID, denial: why, code: code, reason: string(metav1.StatusReasonBadRequest)}
+	if code == http.StatusServiceUnavailable {
+		resp.reason = string(metav1.StatusReasonServiceUnavailable)
+	}
+	writeResponse(w, resp.appendJSON(nil))
+}
+
+// sameSpec reports whether two objects as sent have the same spec, byte
+// for byte: the apiserver writes both from what it stores, in one order.
+func sameSpec(object, oldObject []byte) bool {
+	a, b := memberRaw(object, "spec"), memberRaw(oldObject, "spec")
+	return a != nil && bytes.Equal(a, b)
+}
+
+// memberRaw returns the bytes of a top-level member of object, or nil.
+func memberRaw(object []byte, name string) []byte {
+	var s jsonscan.Scanner
+	s.Reset(object)
+	if !s.Object() {
+		return nil
+	}
+	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		if string(key) == name {
+			return s.Raw()
+		}
+		s.Skip()
+	}
+	return nil
+}
+
 func answer(w http.ResponseWriter, rv *review, denial string, warnings ...string) {
 	resp := response{apiVersion: rv.APIVersion, uid: rv.Request.UID, denial: denial, warnings: warnings}
 	writeResponse(w, resp.appendJSON(nil))
@@ -247,21 +306,26 @@ func (v *Validator) validateSidecars(w http.ResponseWriter, _ *http.Request, in 
 	if !ok {
 		return
 	}
-	var sc v1alpha1.Sidecar
-	if err := rv.Request.object.decode(&sc); err != nil {
-		http.Error(w, "request.object is not a Sidecar: "+err.Error(), http.StatusBadRequest)
-		return
-	}
 	if rv.Request.Operation == "DELETE" {
 		answer(w, rv, "") // deletion is never blocked
+		return
+	}
+	var sc v1alpha1.Sidecar
+	if err := rv.Request.object.decode(&sc); err != nil {
+		// A Sidecar an older release stored, in a shape this one does not
+		// decode, may still lose its finalizers and change its metadata.
+		if rv.Request.Operation == "UPDATE" && sameSpec(rv.Request.Object, rv.Request.OldObject) {
+			answer(w, rv, "")
+			return
+		}
+		unjudged(w, rv, http.StatusBadRequest, "request.object is not a Sidecar this release reads: "+err.Error())
 		return
 	}
 	var old *v1alpha1.Sidecar
 	if rv.Request.Operation == "UPDATE" && present(rv.Request.OldObject) {
 		old = &v1alpha1.Sidecar{}
 		if err := rv.Request.oldObject.decode(old); err != nil {
-			http.Error(w, "request.oldObject is not a Sidecar: "+err.Error(), http.StatusBadRequest)
-			return
+			old = nil // stored by an older release: the new spec is judged in full
 		}
 	}
 	if !sc.DeletionTimestamp.IsZero() {
@@ -304,13 +368,13 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 	}
 	engine := v.Engines.Engine()
 	if engine == nil {
-		http.Error(w, "sidecar definitions are not loaded yet", http.StatusServiceUnavailable)
+		unjudged(w, rv, http.StatusServiceUnavailable, "sidecar definitions are not loaded yet; retry")
 		return
 	}
 	var ring *signing.Ring
 	if v.Keys != nil {
 		if ring = v.Keys.Ring(); ring == nil {
-			http.Error(w, "the signing key is not loaded yet", http.StatusServiceUnavailable)
+			unjudged(w, rv, http.StatusServiceUnavailable, "the signing key is not loaded yet; retry")
 			return
 		}
 	}
@@ -320,18 +384,18 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 	}
 	var pod, old corev1.Pod
 	if err := rv.Request.object.decode(&pod); err != nil {
-		http.Error(w, "request.object is not a Pod: "+err.Error(), http.StatusBadRequest)
+		unjudged(w, rv, http.StatusBadRequest, "request.object is not a Pod: "+err.Error())
 		return
 	}
 	var oldPod *corev1.Pod
 	if rv.Request.Operation == "UPDATE" {
 		if !present(rv.Request.OldObject) {
 			// The apiserver always sends it; without it no record can be compared.
-			http.Error(w, "an UPDATE review of a pod must carry request.oldObject", http.StatusBadRequest)
+			unjudged(w, rv, http.StatusBadRequest, "an UPDATE review of a pod must carry request.oldObject")
 			return
 		}
 		if err := rv.Request.oldObject.decode(&old); err != nil {
-			http.Error(w, "request.oldObject is not a Pod: "+err.Error(), http.StatusBadRequest)
+			unjudged(w, rv, http.StatusBadRequest, "request.oldObject is not a Pod: "+err.Error())
 			return
 		}
 		oldPod = &old
@@ -357,9 +421,9 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 // (TestValidatingDrawsWhatItDecodes). json v2 decodes in one pass, at about
 // half encoding/json's time (BenchmarkValidatePod), and stops at the first
 // error, where encoding/json goes on decoding, so that "containers":[1,1,...]
-// cost as much as nulls. Quantities whose parsing would cost without bound
-// are refused unread, and managedFields, which nothing here reads, are
-// skipped.
+// cost as much as nulls. Quantities are read as the apiserver reads them,
+// at a cost bounded by their length (inject.ReadQuantity), and managedFields,
+// which nothing here reads, are skipped.
 func (c counted) decode(v any) error {
 	if c.firstNull >= 0 {
 		return fmt.Errorf("%s is null: the apiserver sends no null list elements", jsonscan.PathAt(c.data, c.firstNull))
@@ -373,12 +437,20 @@ var decodeOptions = jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(
 		if err != nil {
 			return err
 		}
-		// What Quantity.UnmarshalJSON parses.
-		s := strings.TrimSpace(strings.Trim(string(raw), `"`))
-		if err := inject.QuantityReadable(s); err != nil {
-			return fmt.Errorf("quantity %.64q %w", s, err)
+		if string(raw) == "null" {
+			*q = resource.Quantity{}
+			return nil
 		}
-		return q.UnmarshalJSON(raw)
+		// What Quantity.UnmarshalJSON parses, at a bounded cost.
+		if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' {
+			raw = raw[1 : n-1]
+		}
+		parsed, err := inject.ReadQuantity(strings.TrimSpace(string(raw)))
+		if err != nil {
+			return fmt.Errorf("quantity %.64s: %w", raw, err)
+		}
+		*q = parsed
+		return nil
 	}),
 	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ *[]metav1.ManagedFieldsEntry) error {
 		return dec.SkipValue()

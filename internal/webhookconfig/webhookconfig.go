@@ -51,7 +51,7 @@ func Installed(namespace string, failurePolicy admissionv1.FailurePolicyType) (
 	target := Target{ServiceNamespace: namespace, ServiceName: "sidecar-operator"}
 	mutating := Mutating(DefaultName, target, nil, failurePolicy, AllNamespaces, namespace)
 	mutating.APIVersion, mutating.Kind = admissionv1.SchemeGroupVersion.String(), "MutatingWebhookConfiguration"
-	validating := Validating(DefaultName, target, nil, failurePolicy, namespace)
+	validating := Validating(DefaultName, target, nil, namespace)
 	validating.APIVersion, validating.Kind = admissionv1.SchemeGroupVersion.String(), "ValidatingWebhookConfiguration"
 	return mutating, validating
 }
@@ -152,12 +152,15 @@ const InjectWebhookName = "inject.sidecar-operator.io"
 
 // Validating is the desired configuration for judging
 // Sidecars and injection records. Pods are sent only when they carry, or
-// carried, an injection record.
+// carried, an injection record. Both webhooks are Fail whatever the
+// injection's failurePolicy: they guarantee (a mandatory Sidecar, a record
+// that grants), and under Ignore a call made to fail, by a review too large
+// or a replica down, would admit what they refuse. With every replica down
+// that costs only the pods that carry records.
 func Validating(
 	name string,
 	target Target,
 	caBundle []byte,
-	failurePolicy admissionv1.FailurePolicyType,
 	excludeNamespaces ...string,
 ) *admissionv1.ValidatingWebhookConfiguration {
 	clientConfig := func(path string) admissionv1.WebhookClientConfig {
@@ -172,7 +175,7 @@ func Validating(
 	common := admissionv1.ValidatingWebhook{
 		AdmissionReviewVersions: []string{"v1", "v1beta1"},
 		SideEffects:             ptr.To(admissionv1.SideEffectClassNone),
-		FailurePolicy:           new(failurePolicy),
+		FailurePolicy:           ptr.To(admissionv1.Fail),
 		MatchPolicy:             ptr.To(admissionv1.Equivalent),
 		TimeoutSeconds:          new(PodTimeoutSeconds),
 		// The apiserver's defaults, so that the stored object equals this one.
@@ -182,8 +185,6 @@ func Validating(
 	sidecars, pods := common, common
 	sidecars.Name = "sidecars.sidecar-operator.io"
 	sidecars.ClientConfig = clientConfig(webhook.PathValidateSidecars)
-	// Sidecars are only ever judged: a broken one would deny every pod it selects.
-	sidecars.FailurePolicy = ptr.To(admissionv1.Fail)
 	// Not measured, and refusing no pod: a Sidecar write waits as it did.
 	sidecars.TimeoutSeconds = new(int32(10))
 	sidecars.Rules = []admissionv1.RuleWithOperations{{

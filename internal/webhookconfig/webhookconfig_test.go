@@ -77,7 +77,7 @@ func TestOnlyTheInstallerCreatesConfigurationsInACluster(t *testing.T) {
 	keep := func() []error {
 		return []error{
 			EnsureMutating(ctx, c, Mutating(DefaultName, service, []byte("ca"), admissionv1.Fail, AllNamespaces, "ops"), service.CreatesMissing()),
-			EnsureValidating(ctx, c, Validating(DefaultName, service, []byte("ca"), admissionv1.Fail, "ops"), service.CreatesMissing()),
+			EnsureValidating(ctx, c, Validating(DefaultName, service, []byte("ca"), "ops"), service.CreatesMissing()),
 		}
 	}
 	for i, err := range keep() {

@@ -533,7 +533,7 @@ func installed(
 	mutating.Labels = map[string]string{e2eLabel: name}
 	mutating.Webhooks[0].Name = name + ".bench.sidecar-operator.io"
 	mutating.Webhooks[0].NamespaceSelector = benchSelector(name)
-	validating := webhookconfig.Validating("bench-"+name, target, caPEM, admissionregistrationv1.Fail)
+	validating := webhookconfig.Validating("bench-"+name, target, caPEM)
 	validating.Labels = map[string]string{e2eLabel: name}
 	validating.Webhooks = slices.DeleteFunc(validating.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) bool {
 		return !slices.Contains(w.Rules[0].Resources, "pods")

@@ -196,7 +196,7 @@ func runAsServiceAccount(t *testing.T, c client.Client, host string, caData []by
 	// lets the controllers' identity change no webhook's destination.
 	target := webhookconfig.Target{URL: "https://" + webhookAddr}
 	mutating := webhookconfig.Mutating(webhookconfig.DefaultName, target, nil, admissionv1.Fail, webhookconfig.AllNamespaces, namespace)
-	validating := webhookconfig.Validating(webhookconfig.DefaultName, target, nil, admissionv1.Fail, namespace)
+	validating := webhookconfig.Validating(webhookconfig.DefaultName, target, nil, namespace)
 	for _, obj := range []client.Object{mutating, validating} {
 		live := obj.DeepCopyObject().(client.Object)
 		if err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), live); err != nil {

@@ -81,7 +81,7 @@ func TestInClusterOperatorWaitsForTheInstaller(t *testing.T) {
 	mutating := webhookconfig.Mutating(name, webhookconfig.Target{ServiceNamespace: namespace, ServiceName: "sidecar-operator"},
 		nil, admissionv1.Ignore, webhookconfig.AllNamespaces, namespace)
 	validating := webhookconfig.Validating(name, webhookconfig.Target{ServiceNamespace: namespace, ServiceName: "sidecar-operator"},
-		nil, admissionv1.Ignore, namespace)
+		nil, namespace)
 	for _, obj := range []client.Object{mutating, validating} {
 		if err := k8s.Create(ctx, obj); err != nil {
 			t.Fatal(err)

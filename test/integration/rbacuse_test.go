@@ -279,7 +279,7 @@ func TestOperatorRBACIsWhatItUses(t *testing.T) {
 	// only update.
 	for _, obj := range []client.Object{
 		webhookconfig.Mutating(webhookConfigName, target, nil, admissionv1.Fail, webhookconfig.AllNamespaces, ns),
-		webhookconfig.Validating(webhookConfigName, target, nil, admissionv1.Fail, ns),
+		webhookconfig.Validating(webhookConfigName, target, nil, ns),
 	} {
 		if err := c.Create(ctx, obj); err != nil {
 			t.Fatal(err)

@@ -34,7 +34,7 @@ func TestDesiredWebhookConfigurationsAreStoredUnchanged(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &validating); err != nil {
 		t.Fatal(err)
 	}
-	wantV := webhookconfig.Validating(webhookConfigName, target, validating.Webhooks[0].ClientConfig.CABundle, admissionv1.Fail, operatorNamespace)
+	wantV := webhookconfig.Validating(webhookConfigName, target, validating.Webhooks[0].ClientConfig.CABundle, operatorNamespace)
 	if !equality.Semantic.DeepEqual(validating.Webhooks, wantV.Webhooks) {
 		t.Errorf("ValidatingWebhookConfiguration as stored differs from the desired one, so each pass rewrites it:\nstored  %s\ndesired %s", toJSON(validating.Webhooks), toJSON(wantV.Webhooks))
 	}
