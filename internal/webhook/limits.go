@@ -3,6 +3,7 @@ package webhook
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -92,7 +93,8 @@ func (l *limiter) wrap(h reviewHandler) http.Handler {
 			return
 		}
 		if !l.inFlight.TryAcquire(1) {
-			refuse(w, fmt.Sprintf("%d reviews are in flight, the limit (--%s)", l.limits.MaxInFlight, FlagMaxInFlight))
+			refuseAtGate(w, r, &limitError{code: http.StatusTooManyRequests,
+				msg: fmt.Sprintf("%d reviews are in flight, the limit (--%s)", l.limits.MaxInFlight, FlagMaxInFlight)})
 			return
 		}
 		defer l.inFlight.Release(1)
@@ -103,7 +105,7 @@ func (l *limiter) wrap(h reviewHandler) http.Handler {
 		held := &budget{l: l}
 		defer held.release()
 		if err := held.take(declared); err != nil {
-			answerLimit(w, err)
+			refuseAtGate(w, r, err)
 			return
 		}
 		in := bufPool.Get().(*[]byte)
@@ -263,6 +265,53 @@ func denyAtLimit(w http.ResponseWriter, apiVersion, uid string, err error) bool 
 	}
 	writeResponse(w, resp.appendJSON(nil))
 	return true
+}
+
+// headBytes is how much of a body refused at the gate is read for its uid.
+const headBytes = 1 << 10
+
+// refuseAtGate answers err, a review refused before its body is read, with
+// a judgement when the body's first KiB names its uid, as the apiserver's
+// reviews do (kind, apiVersion, then request.uid); else with the HTTP
+// error, and the connection closed.
+func refuseAtGate(w http.ResponseWriter, r *http.Request, err error) {
+	var head [headBytes]byte
+	n, _ := io.ReadFull(r.Body, head[:])
+	w.Header().Set("Connection", "close") // the rest of the body is not read
+	if apiVersion, uid := reviewHead(head[:n]); uid != "" && denyAtLimit(w, apiVersion, uid, err) {
+		return
+	}
+	answerLimit(w, err)
+}
+
+// reviewHead reads apiVersion and request.uid from the start of a review,
+// stopping at the uid: what follows may be cut off.
+func reviewHead(head []byte) (apiVersion, uid string) {
+	var s jsonscan.Scanner
+	s.Reset(head)
+	if !s.Object() {
+		return "", ""
+	}
+	for key, ok := s.Member(); ok; key, ok = s.Member() {
+		switch string(key) {
+		case "apiVersion":
+			apiVersion, _ = s.String()
+		case "request":
+			if !s.Object() {
+				return "", ""
+			}
+			if key, ok := s.Member(); ok && string(key) == "uid" {
+				uid, _ = s.String()
+			}
+			if apiVersion != admissionV1 && apiVersion != admissionV1beta1 {
+				return "", ""
+			}
+			return apiVersion, uid
+		default:
+			s.Skip()
+		}
+	}
+	return "", ""
 }
 
 // refuse answers 429 and closes the connection, whose unread body the

@@ -61,10 +61,16 @@ func TestLimitsRefuseAtOnceAndNameTheLimit(t *testing.T) {
 		stalled int
 		length  int64
 		// next is the length of the review sent while they stall.
-		next     int64
+		next int64
+		// headed sends the apiserver's review, whose uid the refusal reads.
+		headed   bool
 		wantCode int
 		wantFlag string
 	}{
+		{name: "in flight, the apiserver's review", limits: Limits{MaxInFlight: 2}, stalled: 2, length: 100, next: 100, headed: true,
+			wantCode: 200, wantFlag: `"allowed":false,"status":{"status":"Failure","reason":"TooManyRequests","code":429,"message":"the webhook is at a limit: 2 reviews are in flight, the limit (--max-in-flight); retry in a second"`},
+		{name: "large bodies fill their share, the apiserver's review", limits: Limits{MaxBufferedBytes: 16 << 20}, stalled: 1, length: MaxRequestBytes,
+			next: MaxRequestBytes, headed: true, wantCode: 200, wantFlag: `"code":429,"message":"the webhook is at a limit: large reviews already fill their share`},
 		{name: "in flight", limits: Limits{MaxInFlight: 2}, stalled: 2, length: 100, next: 100, wantCode: 429, wantFlag: "--max-in-flight"},
 		{name: "large bodies fill their share", limits: Limits{MaxBufferedBytes: 16 << 20}, stalled: 1, length: MaxRequestBytes, next: MaxRequestBytes,
 			wantCode: 429, wantFlag: "--max-buffered-mib"},
@@ -82,9 +88,12 @@ func TestLimitsRefuseAtOnceAndNameTheLimit(t *testing.T) {
 			release := stall(h, tt.stalled, tt.length)
 			defer release()
 			var rec *httptest.ResponseRecorder
-			if tt.next < 0 {
+			switch {
+			case tt.next < 0:
 				rec = post(h, bytes.NewReader(review), int64(len(review)))
-			} else {
+			case tt.headed:
+				rec = post(h, bytes.NewReader(review), tt.next)
+			default:
 				rec = post(h, strings.NewReader(""), tt.next) // the length is all the limits see
 			}
 			if rec.Code != tt.wantCode || !strings.Contains(rec.Body.String(), tt.wantFlag) {
