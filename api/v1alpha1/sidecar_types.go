@@ -200,7 +200,9 @@ type SidecarUpdateStrategy struct {
 	// +optional
 	Paused bool `json:"paused,omitempty"`
 	// ProgressDeadlineSeconds is how long an upgraded pod's sidecar
-	// containers have to become Ready before the rollout pauses. Default 300.
+	// containers have to become Ready; past it the pod is reported, and
+	// keeps its slot of maxUnavailable while the other pods move within the
+	// rest. Default 300.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
@@ -355,7 +357,7 @@ type SidecarStatus struct {
 	Namespaces int32 `json:"namespaces"`
 	// Conditions: Ready (the Sidecar compiles and is served), RBACReady
 	// (its RBAC objects are in place) and, for a RollingUpdate,
-	// RolloutProgressing (False when paused, or halted by a pod past the
+	// RolloutProgressing (False when paused, or while a pod is past the
 	// progress deadline).
 	// +listType=map
 	// +listMapKey=type
@@ -373,8 +375,8 @@ type RevisionPods struct {
 const (
 	ConditionReady     = "Ready"
 	ConditionRBACReady = "RBACReady"
-	// ConditionRolloutProgressing is False while a RollingUpdate is halted:
-	// a pod it upgraded did not become ready within progressDeadlineSeconds.
+	// ConditionRolloutProgressing is False while a RollingUpdate is paused,
+	// or a pod it upgraded did not become ready within progressDeadlineSeconds.
 	ConditionRolloutProgressing = "RolloutProgressing"
 )
 

@@ -38,11 +38,14 @@ func rolloutLines(ctx context.Context, c client.Reader, snap *clusterstate.Snaps
 		if sc == nil {
 			continue
 		}
-		line, err := rolloutLine(snap.Engine, pod, sc, rec)
+		line, stray, err := rolloutLine(snap.Engine, pod, sc, rec)
 		if err != nil {
 			return nil, err
 		}
 		out[rec.Name] = append(out[rec.Name], line)
+		if stray != "" {
+			out[rec.Name] = append(out[rec.Name], "rollout: its "+rollout.StrayPin(rec.Name, stray))
+		}
 	}
 	if len(out) == 0 {
 		return nil, nil
@@ -91,33 +94,34 @@ func eventTime(e eventsv1.Event) time.Time {
 	return e.EventTime.Time
 }
 
-// rolloutLine says where the rollout takes the pod's record, and whether
-// it can get there in place (inject.Engine.Upgrade decides, with a key of
-// its own: whether a record verifies does not depend on the key).
-func rolloutLine(engine *inject.Engine, pod *corev1.Pod, sc *v1alpha1.Sidecar, rec v1alpha1.InjectionRecord) (string, error) {
-	target, why, err := engine.TargetWhy(pod, rec.Name)
+// rolloutLine says where the rollout takes the pod's record (rollout.Target
+// decides, and returns in stray a pin it ignores), and whether it can get
+// there in place (inject.Engine.Upgrade decides, with a key of its own:
+// whether a record verifies does not depend on the key).
+func rolloutLine(engine *inject.Engine, pod *corev1.Pod, sc *v1alpha1.Sidecar, rec v1alpha1.InjectionRecord) (line, stray string, err error) {
+	target, why, stray, err := rollout.Target(engine, pod, &rec)
 	switch {
 	case err != nil:
-		return "rollout: leaves it at revision " + rec.Revision + ": " + err.Error(), nil
+		return "rollout: leaves it at revision " + rec.Revision + ": " + err.Error(), stray, nil
 	case sc.Spec.UpdateStrategy.Paused:
-		return fmt.Sprintf("rollout: paused (target revision %s, %s)", target, why), nil
+		return fmt.Sprintf("rollout: paused (target revision %s, %s)", target, why), stray, nil
 	case rec.Revision == target:
-		return fmt.Sprintf("rollout: at its target revision %s (%s)", target, why), nil
+		return fmt.Sprintf("rollout: at its target revision %s (%s)", target, why), stray, nil
 	}
 	name, secret, err := signing.NewKey(time.Now().Add(-time.Minute))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	ring, err := signing.ParseRing(map[string][]byte{name: secret}, 0)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	_, err = engine.Upgrade(pod, rec.Name, target, ring)
 	switch {
 	case err == nil:
-		return fmt.Sprintf("rollout: to be upgraded in place from revision %s to %s (%s)", rec.Revision, target, why), nil
+		return fmt.Sprintf("rollout: to be upgraded in place from revision %s to %s (%s)", rec.Revision, target, why), stray, nil
 	case errors.Is(err, inject.ErrNotInPlace):
-		return fmt.Sprintf("rollout: %v, from revision %s to %s (%s): its workload is restarted", err, rec.Revision, target, why), nil
+		return fmt.Sprintf("rollout: %v, from revision %s to %s (%s): its workload is restarted", err, rec.Revision, target, why), stray, nil
 	}
-	return fmt.Sprintf("rollout: cannot take it from revision %s to %s: %v", rec.Revision, target, err), nil
+	return fmt.Sprintf("rollout: cannot take it from revision %s to %s: %v", rec.Revision, target, err), stray, nil
 }

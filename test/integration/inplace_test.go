@@ -233,11 +233,12 @@ func TestRolloutUndo(t *testing.T) {
 	eventually(t, 30*time.Second, carries("example/ip-undo:1", v1))
 }
 
-// TestRolloutHaltsPastTheProgressDeadline: a pod upgraded in place whose
-// sidecar is not ready within progressDeadlineSeconds (here no kubelet runs
-// it) halts the rollout: the condition and an Event name the pod, and no
-// other pod is moved; paused, the condition says so.
-func TestRolloutHaltsPastTheProgressDeadline(t *testing.T) {
+// TestRolloutStopsAtMaxUnavailablePastTheProgressDeadline: a pod upgraded
+// in place whose sidecar is not ready within progressDeadlineSeconds (here
+// no kubelet runs it) keeps its slot of maxUnavailable (1): the condition and
+// an Event name the pod, and no other pod is moved; paused, the condition
+// says so. TestStuckPodStallsOnlyItself moves the others within a larger one.
+func TestRolloutStopsAtMaxUnavailablePastTheProgressDeadline(t *testing.T) {
 	ctx := context.Background()
 	ns := createNamespace(t, nil)
 	sc := loggerSidecar("ip-halt", map[string]string{"ip-halt": "on"})

@@ -1,16 +1,18 @@
 // Package rollout owns bringing running pods to the revision their
-// Sidecar's RollingUpdate gives them (inject.Engine.Target): in place, by
-// an update of the Sidecar's images and a newly signed record, when that is
-// all that differs, at most maxUnavailable pods at a time; otherwise, and
-// for pods that missed the Sidecar, by restarting their workloads, at most
+// Sidecar's RollingUpdate gives them (Target): in place, by an update of
+// the Sidecar's images and a newly signed record, when that is all that
+// differs, at most maxUnavailable pods at a time; otherwise, and for pods
+// that missed the Sidecar, by restarting their workloads, at most
 // maxUnavailable workloads at a time, each once a server-side dry run shows
-// that the webhook injects the target now.
+// that the webhook injects the target now. A pod or workload past the
+// progress deadline keeps its slot and holds back nothing else.
 package rollout
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -58,7 +60,8 @@ import (
 const (
 	ActionInPlace    = "InPlace"
 	ActionNotInPlace = "NotInPlace"
-	// ActionHalted counts pods past the progress deadline, each once.
+	// ActionHalted counts pods and restarted workloads past the progress
+	// deadline, each once: each keeps its slot.
 	ActionHalted = "Halted"
 	// ActionRestart counts workloads restarted (ok), and those the dry run
 	// found the webhook would not inject (blocked).
@@ -118,15 +121,18 @@ type Reconciler struct {
 	halted map[string]map[string]string
 	// upgradedAt is when this leader upgraded each pod still becoming
 	// ready: only those count against maxUnavailable, so that a pod someone
-	// keeps unready at the new revision cannot stall the rollout.
+	// keeps unready at the new revision holds its own slot and no other.
 	upgradedAt map[string]time.Time
-	restarts   restarts
-	lastPass   time.Time
+	// strayPins are what was told of the pins ignored (StrayPin), by pod
+	// UID and Sidecar.
+	strayPins map[string]string
+	restarts  restarts
+	lastPass  time.Time
 }
 
 // SetupWithManager runs on the leader, one pass at a time.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.told, r.halted, r.upgradedAt = map[string]string{}, map[string]map[string]string{}, map[string]time.Time{}
+	r.told, r.halted, r.upgradedAt, r.strayPins = map[string]string{}, map[string]map[string]string{}, map[string]time.Time{}, map[string]string{}
 	r.restarts = newRestarts()
 	all := watch.Constant(fleetKey)
 	return ctrl.NewControllerManagedBy(mgr).
@@ -144,11 +150,30 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // generation change, which ServedChanged passes too).
 func strategyChanged() predicate.Predicate { return predicate.GenerationChangedPredicate{} }
 
-// podChanged passes pod events that change what a record verifies against
-// or whether the injected containers are ready: either may call for a pass.
-// (A watch's predicates must all pass, so they are joined here.)
+// podChanged passes pod events that change what a record verifies against,
+// whether the injected containers are ready, or a pin: each may call for a
+// pass. (A watch's predicates must all pass, so they are joined here.)
 func podChanged() predicate.Predicate {
-	return predicate.Or(watch.InjectionChanged(), sidecarsReadyChanged())
+	return predicate.Or(watch.InjectionChanged(), sidecarsReadyChanged(), pinsChanged())
+}
+
+// pinsChanged passes pod updates that change a pin: one written after
+// creation is told ignored (Target).
+func pinsChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return !maps.Equal(pins(e.ObjectOld), pins(e.ObjectNew))
+	}}
+}
+
+// pins are the pod's annotations that pin a revision.
+func pins(o client.Object) map[string]string {
+	out := map[string]string{}
+	for k, v := range o.GetAnnotations() {
+		if strings.HasPrefix(k, v1alpha1.AnnotationRevisionPrefix) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // sidecarsReadyChanged passes pod updates that change what the injected
@@ -180,7 +205,7 @@ type moving struct {
 }
 
 // Reconcile moves, for each Sidecar rolling and not paused, as many pods
-// as maxUnavailable allows beside those still becoming ready.
+// as maxUnavailable allows beside those still becoming ready, or stuck.
 func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	if wait := time.Until(r.lastPass.Add(interval)); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
@@ -221,14 +246,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	for name, pods := range p.todo {
 		sc := rolling[name]
-		if len(p.stuck[name]) > 0 || !p.acting(name) {
-			continue // halted until the stuck pods are ready, gone, or moved on by a new spec
+		if !p.acting(name) {
+			continue
 		}
 		budget, err := workload.Scaled(sc.Spec.UpdateStrategy.MaxUnavailable, p.carried[name], true, 1)
 		if err != nil {
 			r.Log.Error(err, "spec.updateStrategy.maxUnavailable", "sidecar", name)
 			continue
 		}
+		// Stuck pods are in flight: each keeps its slot until it is ready,
+		// gone, or moved on by a new spec, and holds back no other pod.
 		budget -= p.inFlight[name]
 		var upgraded []moving
 		for _, m := range pods {
@@ -299,7 +326,8 @@ type pass struct {
 	// cannot move in place, and workloads counts those it selects.
 	restart   map[string]map[workload.Ref]*candidate
 	workloads map[string]map[workload.Ref]bool
-	// halted are the Sidecars on which nothing acts this pass.
+	// halted are the Sidecars on which nothing acts this pass: a dry run
+	// the webhooks failed.
 	halted map[string]bool
 	next   time.Duration // until the first deadline of a pod in flight
 }
@@ -315,7 +343,8 @@ func minWait(a, b time.Duration) time.Duration {
 }
 
 // survey judges every pod that carries a rolling Sidecar with a record
-// that verifies, and forgets the moves and tellings of pods gone or done.
+// that verifies, tells of the pins it ignores, and forgets the moves and
+// tellings of pods gone or done.
 func (r *Reconciler) survey(view *grants.View, rolling map[string]*v1alpha1.Sidecar) *pass {
 	p := &pass{carried: map[string]int{}, inFlight: map[string]int{}, stuck: map[string][]moving{}, todo: map[string][]moving{},
 		restart: map[string]map[workload.Ref]*candidate{}, workloads: map[string]map[workload.Ref]bool{}, halted: map[string]bool{}}
@@ -331,7 +360,10 @@ func (r *Reconciler) survey(view *grants.View, rolling map[string]*v1alpha1.Side
 			}
 			p.carried[rec.Name]++
 			ref = p.selects(rec.Name, pod, ref)
-			target, err := view.Engine.Target(pod, rec.Name)
+			target, why, stray, err := Target(view.Engine, pod, &rec)
+			if stray != "" {
+				r.tellStrayPin(rolling[rec.Name], pod, rec.Name, stray, target, why, seen)
+			}
 			if err != nil {
 				continue // a pin the Sidecar no longer serves: the pod stays as it is
 			}
@@ -390,6 +422,11 @@ func (r *Reconciler) survey(view *grants.View, rolling map[string]*v1alpha1.Side
 			delete(r.halted, key) // ready, moved on, or gone
 		}
 	}
+	for key := range r.strayPins {
+		if !seen[key] {
+			delete(r.strayPins, key) // unpinned, or gone
+		}
+	}
 	r.restarts.forget(p.restart, rolling)
 	return p
 }
@@ -406,9 +443,26 @@ func progressDeadline(sc *v1alpha1.Sidecar) time.Duration {
 	return DefaultProgressDeadline
 }
 
-// progress says, in the RolloutProgressing condition, whether the rollout
-// is halted by pods whose upgraded sidecar did not become ready in time,
-// naming each and why it waits, with an Event per pod.
+// tellStrayPin tells, once per pod, Sidecar and pin, that the rollout
+// ignores the pod's pin (Target).
+func (r *Reconciler) tellStrayPin(sc *v1alpha1.Sidecar, pod *corev1.Pod, sidecar, stray, target string, why inject.TargetReason, seen map[string]bool) {
+	key, said := string(pod.UID)+"/"+sidecar+"/pin", StrayPin(sidecar, stray)
+	seen[key] = true
+	if r.strayPins[key] == said {
+		return
+	}
+	r.strayPins[key] = said
+	note := fmt.Sprintf("pod %s/%s: %s; the rollout of sidecar %q leaves the pod as it is", pod.Namespace, pod.Name, said, sidecar)
+	if target != "" {
+		note = fmt.Sprintf("pod %s/%s: %s; the rollout of sidecar %q takes the pod to revision %s (%s)", pod.Namespace, pod.Name, said, sidecar, target, why)
+	}
+	r.Log.Info("pin ignored", "pod", pod.Namespace+"/"+pod.Name, "sidecar", sidecar)
+	r.tell(sc, pod, corev1.EventTypeWarning, ReasonPinIgnored, note)
+}
+
+// progress says, in the RolloutProgressing condition, whether pods whose
+// upgraded sidecar did not become ready in time keep their slots, naming
+// each and why it waits, with an Event per pod.
 func (r *Reconciler) progress(ctx context.Context, sc *v1alpha1.Sidecar, stuck []moving, h halt) error {
 	cond := metav1.Condition{Type: v1alpha1.ConditionRolloutProgressing, Status: metav1.ConditionTrue, Reason: "Progressing",
 		Message: "no upgraded pod or restarted workload is past the progress deadline", ObservedGeneration: sc.Generation}
@@ -433,12 +487,17 @@ func (r *Reconciler) progress(ctx context.Context, sc *v1alpha1.Sidecar, stuck [
 			if !told {
 				actions.WithLabelValues(m.sidecar, ActionHalted, "ok").Inc()
 				r.tell(sc, m.pod, corev1.EventTypeWarning, ReasonProgressDeadlineExceeded, fmt.Sprintf(
-					"the rollout of sidecar %q to revision %s is halted: %s, not ready %s after its upgrade", m.sidecar, m.target, w, progressDeadline(sc)))
+					"%s, not ready %s after its upgrade to revision %s of sidecar %q: it keeps one slot of maxUnavailable until it is ready, "+
+						"gone or moved on by a new spec; the other pods move within the rest", w, progressDeadline(sc), m.target, m.sidecar))
 			}
 		}
 		slices.Sort(why)
 		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonProgressDeadlineExceeded
-		cond.Message = fmt.Sprintf("halted: not ready %s after the upgrade: %s", progressDeadline(sc), strings.Join(why, "; "))
+		cond.Message = fmt.Sprintf("not ready %s after the upgrade, each keeping one slot of maxUnavailable (the other pods move within the rest): %s",
+			progressDeadline(sc), strings.Join(why, "; "))
+		if len(h.stuck) > 0 {
+			cond.Message += "; restarted workloads that keep their slots, not available in time: " + strings.Join(h.stuck, "; ")
+		}
 	case apimeta.FindStatusCondition(sc.Status.Conditions, v1alpha1.ConditionRolloutProgressing) == nil:
 		return nil // nothing to say until something goes wrong
 	}

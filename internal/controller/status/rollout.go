@@ -21,11 +21,12 @@ import (
 
 // rollout sets the revisions a Sidecar serves and its partition. With
 // OnDelete, currentRevision is the newest at once. With RollingUpdate it
-// stays until no workload is held and no injected pod carries another
-// revision, and only while its ControllerRevision exists, since the webhook
-// serves it from there; the partition holds the lowest-ranked workloads of
-// those with a matched pod.
-func (r *Reconciler) rollout(ctx context.Context, sc *v1alpha1.Sidecar, c *fleet.Counts, status *v1alpha1.SidecarStatus) error {
+// stays until no workload is held and every injected pod but the pinned
+// ones (those their pin keeps at an older revision, which no rollout moves)
+// carries the newest, and only while its ControllerRevision exists, since
+// the webhook serves it from there; the partition holds the lowest-ranked
+// workloads of those with a matched pod.
+func (r *Reconciler) rollout(ctx context.Context, sc *v1alpha1.Sidecar, c *fleet.Counts, pinned int32, status *v1alpha1.SidecarStatus) error {
 	update, current := status.UpdateRevision, sc.Status.CurrentRevision
 	status.CurrentRevision = update
 	if !sc.Spec.Rolling() || current == "" || current == update {
@@ -36,8 +37,8 @@ func (r *Reconciler) rollout(ctx context.Context, sc *v1alpha1.Sidecar, c *fleet
 		return fmt.Errorf("sidecar %q: spec.updateStrategy.partition: %w", sc.Name, err)
 	}
 	boundary, n := workload.Boundary(c.Ranks.UnsortedList(), held)
-	if n == 0 && c.Injected == c.Revisions[update] {
-		return nil // promoted: every injected pod carries the newest
+	if n == 0 && c.Injected-pinned == c.Revisions[update] {
+		return nil // promoted: every injected pod that could move carries the newest
 	}
 	var kept appsv1.ControllerRevision
 	err = r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: revision.Name(sc.Name, current)}, &kept)

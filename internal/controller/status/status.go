@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
+	"github.com/sidecar-operator/sidecar-operator/internal/controller/rollout"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/watch"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
@@ -157,10 +158,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	seen := map[string]bool{}
 	deferred := false
 	var eventErrs []error
+	// pinned counts, by Sidecar, the pods their pin keeps at an older
+	// revision: no rollout moves them, so no promotion waits for them.
+	pinned := map[string]int32{}
 	summary := fleet.Summarize(r.Pods, names, judge, false, rolling, func(pod *corev1.Pod, st fleet.PodSidecar) {
 		var told bool
 		var err error
 		switch st.State {
+		case fleet.Outdated:
+			if rollout.StaysPinned(pod, st.Sidecar, st.Revision) {
+				pinned[st.Sidecar]++
+			}
+			return
 		case fleet.Missed:
 			key := string(pod.UID) + "/" + st.Sidecar + "/missed"
 			seen[key] = true
@@ -190,7 +199,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		sc := &sidecars.Items[i]
 		c := summary.Sidecars[sc.Name]
 		setPodGauges(sc.Name, c)
-		if err := r.writeStatus(ctx, view.Engine, sc, revisions[sc.Name], c); err != nil {
+		if err := r.writeStatus(ctx, view.Engine, sc, revisions[sc.Name], c, pinned[sc.Name]); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -205,8 +214,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 }
 
 // writeStatus applies the status fields this controller owns, when they
-// differ from what is stored.
-func (r *Reconciler) writeStatus(ctx context.Context, engine *inject.Engine, sc *v1alpha1.Sidecar, revision string, c *fleet.Counts) error {
+// differ from what is stored; pinned are the Sidecar's pods their pin
+// keeps at an older revision.
+func (r *Reconciler) writeStatus(ctx context.Context, engine *inject.Engine, sc *v1alpha1.Sidecar, revision string, c *fleet.Counts, pinned int32) error {
 	status := v1alpha1.SidecarStatus{
 		ObservedGeneration: sc.Generation,
 		UpdateRevision:     revision,
@@ -215,7 +225,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, engine *inject.Engine, sc 
 		Namespaces:     int32(c.Namespaces.Len()),
 		Revisions:      revisionPods(c.Revisions),
 	}
-	if err := r.rollout(ctx, sc, c, &status); err != nil {
+	if err := r.rollout(ctx, sc, c, pinned, &status); err != nil {
 		return err
 	}
 	ready := metav1.Condition{
