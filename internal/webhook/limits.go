@@ -296,7 +296,7 @@ func reviewHead(head []byte) (apiVersion, uid string) {
 		switch string(key) {
 		case "apiVersion":
 			apiVersion, _ = s.String()
-		case "request":
+		case memberRequest:
 			if !s.Object() {
 				return "", ""
 			}

@@ -19,6 +19,10 @@ import (
 const (
 	admissionV1      = "admission.k8s.io/v1"
 	admissionV1beta1 = "admission.k8s.io/v1beta1"
+	// memberRequest is the review's member that holds the request.
+	memberRequest = "request"
+	// operationUpdate is an UPDATE review's operation.
+	operationUpdate = "UPDATE"
 )
 
 // podReview is the part of an AdmissionReview for a pod that the mutating
@@ -157,7 +161,7 @@ func decodePodReview(body []byte, r *podReview, b *budget) error {
 				r.APIVersion, _ = s.String()
 			case "kind":
 				r.Kind, _ = s.String()
-			case "request":
+			case memberRequest:
 				if s.Null() {
 					r.Request = nil
 					continue

@@ -178,8 +178,7 @@ func fieldsOf(t reflect.Type) map[string]reflect.Type {
 // most what countedCost prices it; a field missed would price a member as
 // the count does, which is more.
 func addFields(fields map[string]reflect.Type, t reflect.Type) {
-	for i := range t.NumField() {
-		sf := t.Field(i)
+	for sf := range t.Fields() {
 		tag, hasTag := sf.Tag.Lookup("json")
 		if tag == "-" {
 			continue

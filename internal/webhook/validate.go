@@ -81,7 +81,7 @@ func readReview(body []byte) (*review, error) {
 				rv.APIVersion, _ = s.String()
 			case "kind":
 				rv.Kind, _ = s.String()
-			case "request":
+			case memberRequest:
 				rv.Request = nil
 				if s.Object() {
 					rv.Request = &reviewRequest{}
@@ -314,7 +314,7 @@ func (v *Validator) validateSidecars(w http.ResponseWriter, _ *http.Request, in 
 	if err := rv.Request.object.decode(&sc); err != nil {
 		// A Sidecar an older release stored, in a shape this one does not
 		// decode, may still lose its finalizers and change its metadata.
-		if rv.Request.Operation == "UPDATE" && sameSpec(rv.Request.Object, rv.Request.OldObject) {
+		if rv.Request.Operation == operationUpdate && sameSpec(rv.Request.Object, rv.Request.OldObject) {
 			answer(w, rv, "")
 			return
 		}
@@ -322,7 +322,7 @@ func (v *Validator) validateSidecars(w http.ResponseWriter, _ *http.Request, in 
 		return
 	}
 	var old *v1alpha1.Sidecar
-	if rv.Request.Operation == "UPDATE" && present(rv.Request.OldObject) {
+	if rv.Request.Operation == operationUpdate && present(rv.Request.OldObject) {
 		old = &v1alpha1.Sidecar{}
 		if err := rv.Request.oldObject.decode(old); err != nil {
 			old = nil // stored by an older release: the new spec is judged in full
@@ -388,7 +388,7 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 		return
 	}
 	var oldPod *corev1.Pod
-	if rv.Request.Operation == "UPDATE" {
+	if rv.Request.Operation == operationUpdate {
 		if !present(rv.Request.OldObject) {
 			// The apiserver always sends it; without it no record can be compared.
 			unjudged(w, rv, http.StatusBadRequest, "an UPDATE review of a pod must carry request.oldObject")

@@ -34,9 +34,9 @@ func TestStuckPodStallsOnlyItself(t *testing.T) {
 	a := inject.Revision(&sc.Spec)
 	tenantNS, tenantClient := tenant(t, nil)
 	otherNS := createNamespace(t, nil)
-	stuck := stPod(tenantNS, "stuck", "st-stuck", nil)
+	stuck := stPod(tenantNS, "stuck", "st-stuck")
 	// The other team's pod ranks below the tenant's, so that the partition holds it.
-	other := stPod(otherNS, lowerRanked(otherNS, "other", rank(tenantNS, "Pod", stuck.Name)), "st-stuck", nil)
+	other := stPod(otherNS, lowerRanked(otherNS, "other", rank(tenantNS, "Pod", stuck.Name)), "st-stuck")
 	if err := tenantClient.Create(ctx, stuck); err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +94,8 @@ func TestLatePinHoldsNothing(t *testing.T) {
 	applySidecar(t, sc)
 	a := inject.Revision(&sc.Spec)
 	ns, tenantClient := tenant(t, nil)
-	moved := stPod(ns, "moved", "st-pin", nil)
-	held := stPod(ns, lowerRanked(ns, "held", rank(ns, "Pod", moved.Name)), "st-pin", nil)
+	moved := stPod(ns, "moved", "st-pin")
+	held := stPod(ns, lowerRanked(ns, "held", rank(ns, "Pod", moved.Name)), "st-pin")
 	for _, p := range []*corev1.Pod{moved, held} {
 		if err := tenantClient.Create(ctx, p); err != nil {
 			t.Fatal(err)
@@ -132,9 +132,9 @@ func TestLatePinHoldsNothing(t *testing.T) {
 }
 
 // stPod is a bare pod the Sidecar of label selects.
-func stPod(ns, name, label string, annotations map[string]string) *corev1.Pod {
+func stPod(ns, name, label string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{label: "on"}, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{label: "on"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	}
 }
