@@ -207,18 +207,22 @@ func ReadQuantity(s string) (resource.Quantity, error) {
 
 // decimalExponent splits a quantity written as a number and a decimal
 // exponent ("1.5e-3") as resource.ParseQuantity reads it: the number, its
-// count of digits, and the exponent, which ParseQuantity truncates to 32
+// count of digits as ParseQuantity counts them (leading zeros left out, so
+// that "0000000000000000001e1002" takes its int64 form, which keeps the
+// string as written), and the exponent, which ParseQuantity truncates to 32
 // bits; ok is false for any other form.
 func decimalExponent(s string) (value string, digits int, exponent int32, ok bool) {
 	i := 0
 	if i < len(s) && (s[i] == '+' || s[i] == '-') {
 		i++
 	}
-	dot := false
+	dot, leading := false, true
 	for ; i < len(s); i++ {
 		switch c := s[i]; {
+		case c == '0' && leading && !dot:
 		case c >= '0' && c <= '9':
 			digits++
+			leading = false
 		case c == '.' && !dot:
 			dot = true
 		default:

@@ -21,6 +21,9 @@ type Counts struct {
 	// more than LongString bytes: parsing one as a number (a quantity)
 	// costs about ten bytes a byte.
 	LongStringBytes int
+	// LongStringSquares is the sum of the squares of their lengths: parsing
+	// a long number (a quantity's mantissa) costs the square of its length.
+	LongStringSquares int64
 }
 
 // LongString is the length, quotes included, past which a string counts
@@ -64,8 +67,9 @@ func Count(d []byte) Counts {
 				return c
 			}
 			c.Scalars++
-			if end-i > LongString {
-				c.LongStringBytes += end - i
+			if n := end - i; n > LongString {
+				c.LongStringBytes += n
+				c.LongStringSquares += int64(n) * int64(n)
 			}
 			i, afterValue, element = end-1, true, false
 		case classOpen:

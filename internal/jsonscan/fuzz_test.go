@@ -68,6 +68,7 @@ func FuzzCount(f *testing.F) {
 				raw := doc[start:dec.InputOffset()]
 				if n := len(raw) - bytes.IndexByte(raw, '"'); n > LongString {
 					want.LongStringBytes += n
+					want.LongStringSquares += int64(n) * int64(n)
 				}
 			}
 			switch tok {

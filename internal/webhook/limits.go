@@ -147,22 +147,28 @@ const (
 	costPerContainer = 5 << 9
 	costPerScalar    = 64
 	// costPerLongStringByte is what parsing a long string as a quantity
-	// costs beyond its bytes (inject.ReadQuantity): about ten bytes a byte.
+	// costs beyond its bytes (inject.ReadQuantity): about ten bytes a byte,
+	// and, past a few KiB, the square of its length over costLongStringSquare
+	// (big.Int's decimal parse is quadratic: 128 KiB of digits allocated 41
+	// MB, which prices it at 83 MB; a review may hold 48 MiB, 113,000 digits,
+	// 60 ms to parse).
 	costPerLongStringByte = 12
+	costLongStringSquare  = 256
 )
 
 // decodeCost prices decoding an object in full into Go types (counted.decode):
 // twice its bytes (strings, raw values), 2.5 KiB per object or array and 512
 // bytes per scalar (a map entry of two scalars is about 300, a decimal
 // quantity's about 840), and 12 more a byte of each string past
-// jsonscan.LongString bytes, which a quantity costs to parse. Lists holding
+// jsonscan.LongString bytes and the square of its length over 256, which a
+// quantity costs to parse. Lists holding
 // null, which decode to a whole struct each, are refused before decoding.
 func decodeCost(body []byte) int64 { return countedCost(body, jsonscan.Count(body)) }
 
 // countedCost is decodeCost from body's counts.
 func countedCost(body []byte, n jsonscan.Counts) int64 {
 	return 2*int64(len(body)+2*n.NonASCII) + int64(n.Containers)*costPerContainer + int64(n.Scalars)*8*costPerScalar +
-		int64(n.LongStringBytes)*costPerLongStringByte
+		int64(n.LongStringBytes)*costPerLongStringByte + n.LongStringSquares/costLongStringSquare
 }
 
 // budget is the bytes of the limits one review holds: its declared length

@@ -102,5 +102,8 @@ func fullDecodeShapes() map[string]string {
 		"duplicate containers keys":      spec(strings.Repeat(`"containers":[{},{},{},{}],`, n/4) + `"x":0`),
 		"topology spread":                spec(`"topologySpreadConstraints":[` + rep(`{"labelSelector":{"matchExpressions":[{}]},"matchLabelKeys":[""]},`) + `]`),
 		"host aliases":                   spec(`"hostAliases":[` + rep(`{"hostnames":[""]},`) + `]`),
+		// Its parse is quadratic in its length (helper review, issue 44).
+		"a quantity of 100,000 digits": spec(`"volumes":[{"name":"v","emptyDir":{"sizeLimit":"` + strings.Repeat("7", 100000) + `"}}]`),
+		"two of 60,000 digits":         spec(`"containers":[{"resources":{"limits":{"a":"` + strings.Repeat("7", 60000) + `"},"requests":{"a":"` + strings.Repeat("7", 60000) + `"}}}]`),
 	}
 }

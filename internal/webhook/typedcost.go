@@ -31,8 +31,9 @@ const typedFrom = 4 << 20
 //     it allocates on the way is 5 times the final capacity;
 //   - each map 4 times its entries, for its groups and their doubling;
 //   - 16 bytes a scalar, for a string's rounding;
-//   - a value with a decoder of its own (a quantity, a time) 512 bytes and
-//     16 a byte, what parsing a long quantity costs;
+//   - a value with a decoder of its own (a quantity, a time) 512 bytes, 16
+//     a byte and the square of its length over 256, what parsing a long
+//     quantity costs;
 //   - a member no field takes, and an interface, as countedCost prices them.
 //
 // It reads the document once with jsonscan, without keeping any of it.
@@ -76,7 +77,8 @@ func (p *typedPricer) value(t reflect.Type) {
 		s.Skip()
 		return
 	case t == quantityType || decodesItself(t):
-		p.cost += typedPerDecoder + typedDecoderBytes*int64(len(s.Raw()))
+		n := int64(len(s.Raw()))
+		p.cost += typedPerDecoder + typedDecoderBytes*n + n*n/costLongStringSquare
 		return
 	}
 	switch t.Kind() {
