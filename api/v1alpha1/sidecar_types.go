@@ -324,6 +324,21 @@ type SidecarStatus struct {
 	// +listType=map
 	// +listMapKey=revision
 	Revisions []RevisionPods `json:"revisions,omitempty"`
+	// RetiredRevisions are the revisions the Sidecar no longer serves that
+	// pods may still carry, each with when it stopped being served: a pod at
+	// one gets the Sidecar's grants only if it was created before then (and
+	// a short grace for the webhook replicas to catch up), so a copy of an
+	// outdated pod's record made later grants nothing.
+	// +optional
+	// +listType=map
+	// +listMapKey=revision
+	RetiredRevisions []RetiredRevision `json:"retiredRevisions,omitempty"`
+	// RetiredRevisionsSince is when the operator began keeping
+	// RetiredRevisions for this Sidecar: a revision neither served nor
+	// listed stopped being served before then, so a pod at it gets grants
+	// only if it was created before then (pods of an older release's time).
+	// +optional
+	RetiredRevisionsSince *metav1.Time `json:"retiredRevisionsSince,omitempty"`
 	// HeldWorkloads is how many of the selected workloads the partition
 	// holds at CurrentRevision.
 	// +optional
@@ -369,6 +384,12 @@ type SidecarStatus struct {
 type RevisionPods struct {
 	Revision string `json:"revision"`
 	Pods     int32  `json:"pods"`
+}
+
+// RetiredRevision is a revision the Sidecar stopped serving, and when.
+type RetiredRevision struct {
+	Revision  string      `json:"revision"`
+	RetiredAt metav1.Time `json:"retiredAt"`
 }
 
 // Condition types and reasons of a Sidecar.

@@ -1,8 +1,9 @@
 // Package grants owns the one rule for which pods carry a Sidecar's grants
 // (RBAC subjects, pull secret copies; status counts a pod as injected when
 // its record verifies, wherever it runs): running pods
-// whose record for it verifies, in namespaces where pod validation guards
-// that record, that the Sidecar as compiled still selects. Pod creators
+// whose record for it verifies, created while the Sidecar served the
+// record's revision, in namespaces where pod validation guards that
+// record, that the Sidecar as compiled still selects. Pod creators
 // control everything else about a pod, so nothing else is trusted.
 package grants
 
@@ -79,9 +80,11 @@ func (v *View) Upgrade(pod *corev1.Pod, sidecar, revision string) (*corev1.Pod, 
 	return v.Engine.Upgrade(pod, sidecar, revision, v.ring)
 }
 
-// Grants reports whether the pod carries the grants of sidecar: its record
-// verifies, and the Sidecar as compiled still selects the pod there.
-func (v *View) Grants(ctx context.Context, pod *corev1.Pod, sidecar string) bool {
+// Grants reports whether the pod carries the grants of sc: its record
+// verifies, the pod was created while sc served the record's revision, and
+// sc as compiled still selects the pod there. Call it only while
+// GrantsLag(sc) is false.
+func (v *View) Grants(ctx context.Context, pod *corev1.Pod, sc *v1alpha1.Sidecar) bool {
 	if fleet.Finished(pod) {
 		return false
 	}
@@ -91,15 +94,44 @@ func (v *View) Grants(ctx context.Context, pod *corev1.Pod, sidecar string) bool
 	}
 	// The pod's namespace is the one read; a namespaceSelector asks no other.
 	nsLabels := func(string) (map[string]string, bool) { return ns.Labels, true }
-	if !v.Engine.Selects(sidecar, pod, nsLabels) {
+	if !v.Engine.Selects(sc.Name, pod, nsLabels) {
 		return false
 	}
 	for _, rec := range inject.InjectedSidecars(pod.Annotations) {
-		if rec.Name == sidecar {
-			return v.Verify(pod, &rec) == nil
+		if rec.Name == sc.Name {
+			return v.Verify(pod, &rec) == nil && v.createdWhileServed(pod, sc, rec.Revision)
 		}
 	}
 	return false
+}
+
+// RetireGrace is how long after the status controller retires a revision
+// a pod created at it still counts as created while it was served. The
+// webhook replicas stop serving it when their engines rebuild from the same
+// Sidecar watch (well under a second, a few under load), and a pod's
+// creationTimestamp is set after every mutating webhook has run; a pod
+// injected at the last moment is created within this. A copy of the
+// record made later grants nothing.
+const RetireGrace = 10 * time.Second
+
+// createdWhileServed reports whether the pod, whose record is at revision,
+// was created while sc served it, by the creationTimestamp the apiserver
+// set and sc's status (its retiredRevisions). The signature binds no time:
+// without this, a copy of an outdated pod's record, created where the
+// validating webhook was not called, would run a superseded revision (the
+// one a CVE fix replaced) with the grant.
+func (v *View) createdWhileServed(pod *corev1.Pod, sc *v1alpha1.Sidecar, revision string) bool {
+	if v.Engine.Serves(sc.Name, revision) {
+		return true
+	}
+	created := pod.CreationTimestamp.Time
+	for _, r := range sc.Status.RetiredRevisions {
+		if r.Revision == revision {
+			return !created.After(r.RetiredAt.Add(RetireGrace))
+		}
+	}
+	since := sc.Status.RetiredRevisionsSince
+	return since != nil && !created.After(since.Time)
 }
 
 // Lags reports whether the engine has not caught up with sc as it is now:
@@ -119,6 +151,24 @@ func (v *View) Lags(sc *v1alpha1.Sidecar) bool {
 	// The generation too: the revision leaves out what only grants change
 	// (rbac, and with it whether pods may request the Sidecar by name).
 	return rev != inject.Revision(&sc.Spec) || uid != string(sc.UID) || gen != sc.Generation
+}
+
+// GrantsLag reports whether the grants of sc cannot be judged yet: the
+// engine lags (Lags), or sc's status has not yet retired what the engine
+// stopped serving, so pods of a revision just replaced would lose their
+// grants until the status controller's next pass. The grant controllers
+// then leave sc's grants as they are.
+func (v *View) GrantsLag(sc *v1alpha1.Sidecar) bool {
+	if v.Lags(sc) {
+		return true
+	}
+	if _, compiled := v.Engine.Revision(sc.Name); !compiled || !sc.DeletionTimestamp.IsZero() {
+		return false // it grants nothing
+	}
+	st := &sc.Status
+	// Not the current revision: the status retires it in the write that
+	// moves it, before any engine stops serving it.
+	return st.RetiredRevisionsSince == nil || !v.Engine.Serves(sc.Name, st.UpdateRevision)
 }
 
 // validated reads the namespace if pods there are validated, and it is not

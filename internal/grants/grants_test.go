@@ -55,3 +55,43 @@ func TestViewLags(t *testing.T) {
 		})
 	}
 }
+
+// Grants are judged only against a status that retired what the engine
+// stopped serving: judged before, a pod of a revision just replaced would
+// lose its grants until the status controller's next pass.
+func TestGrantsLag(t *testing.T) {
+	compiled := v1alpha1.Sidecar{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent", UID: "uid-1"},
+		Spec:       v1alpha1.SidecarSpec{Containers: []corev1.Container{{Name: "agent", Image: "agent:2"}}},
+	}
+	engine, err := inject.New([]v1alpha1.Sidecar{compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := inject.Revision(&compiled.Spec)
+	for _, tc := range []struct {
+		name   string
+		status v1alpha1.SidecarStatus
+		lags   bool
+	}{
+		{"caught up", v1alpha1.SidecarStatus{UpdateRevision: rev, CurrentRevision: rev, RetiredRevisionsSince: &metav1.Time{}}, false},
+		{"the replaced revision not retired yet", v1alpha1.SidecarStatus{UpdateRevision: "r1", CurrentRevision: "r1", RetiredRevisionsSince: &metav1.Time{}}, true},
+		{"never written by this release", v1alpha1.SidecarStatus{UpdateRevision: rev, CurrentRevision: rev}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := compiled.DeepCopy()
+			sc.Status = tc.status
+			if got := (&View{Engine: engine}).GrantsLag(sc); got != tc.lags {
+				t.Errorf("GrantsLag = %v, want %v", got, tc.lags)
+			}
+		})
+	}
+	t.Run("invalid, so never compiled: it grants nothing, so nothing waits", func(t *testing.T) {
+		sc := compiled.DeepCopy()
+		sc.Name = "other"
+		sc.Spec.Containers = append(sc.Spec.Containers, sc.Spec.Containers[0])
+		if (&View{Engine: engine}).GrantsLag(sc) {
+			t.Error("GrantsLag = true, want false")
+		}
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"iter"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,6 +53,11 @@ func NewFleet(t *testing.T, change func(*v1alpha1.Sidecar)) *Fleet {
 		},
 	}
 	change(sc)
+	// As the status controller has written it for some time: the grant
+	// controllers judge only a status that caught up (grants.View.GrantsLag).
+	rev := inject.Revision(&sc.Spec)
+	sc.Status.UpdateRevision, sc.Status.CurrentRevision = rev, rev
+	sc.Status.RetiredRevisionsSince = &metav1.Time{Time: time.Unix(1700000000, 0)}
 	engine, err := inject.New([]v1alpha1.Sidecar{*sc})
 	if err != nil {
 		t.Fatal(err)

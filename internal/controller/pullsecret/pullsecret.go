@@ -111,7 +111,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.C
 	all := watch.Constant(fleetKey)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pullsecrets").
-		Watches(&v1alpha1.Sidecar{}, all, builder.WithPredicates(watch.SidecarChanged())).
+		Watches(&v1alpha1.Sidecar{}, all, builder.WithPredicates(watch.GrantsChanged())).
 		Watches(&corev1.Pod{}, all, builder.WithPredicates(watch.JudgementChanged())).
 		Watches(namespaces.Meta(), all, builder.WithPredicates(watch.NamespaceGrantsChanged())).
 		WatchesRawSource(keyChanges.Source(all)).
@@ -141,9 +141,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			r.Log.Info("not copying a pull secret", "sidecar", sc.Name, "reason", err.Error())
 			continue
 		}
-		if view.Lags(sc) {
+		if view.GrantsLag(sc) {
 			// Copies follow the Sidecar the webhook injects: until it is
-			// compiled, its copies stay as they are and no new one is made.
+			// compiled, and its status retired what it stopped serving, its
+			// copies stay as they are and no new one is made.
 			lagging[ref.Namespace+"/"+ref.Name] = true
 			continue
 		}
@@ -152,7 +153,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			return ctrl.Result{}, err
 		}
 		for pod := range pods {
-			if pod.Namespace != ref.Namespace && view.Grants(ctx, pod, sc.Name) {
+			if pod.Namespace != ref.Namespace && view.Grants(ctx, pod, sc) {
 				want[types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}] = *ref
 			}
 		}

@@ -78,7 +78,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, keyChanges *signingkey.C
 	everySidecar := watch.EverySidecar(mgr.GetCache())
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("rbac").
-		For(&v1alpha1.Sidecar{}, builder.WithPredicates(watch.SidecarChanged())).
+		For(&v1alpha1.Sidecar{}, builder.WithPredicates(watch.GrantsChanged())).
 		Watches(&corev1.Pod{}, watch.PodToSidecars(), builder.WithPredicates(watch.JudgementChanged())).
 		// A namespace whose labels change may gain or lose pod validation,
 		// and with it every grant there; a change of signing keys may revoke records.
@@ -115,7 +115,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !ok {
 		return grants.NotLoaded, nil
 	}
-	if view.Lags(&sc) {
+	if view.GrantsLag(&sc) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil // the grants follow the Sidecar the webhook injects
 	}
 	// Only a Sidecar that grants owns something to clean up: one without a
@@ -177,7 +177,7 @@ func (r *Reconciler) sync(ctx context.Context, view *grants.View, sc *v1alpha1.S
 	}
 	byNamespace := map[string]map[string]bool{} // namespace -> ServiceAccounts
 	for pod := range pods {
-		if !view.Grants(ctx, pod, sc.Name) {
+		if !view.Grants(ctx, pod, sc) {
 			continue
 		}
 		if byNamespace[pod.Namespace] == nil {

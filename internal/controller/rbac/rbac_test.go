@@ -2,8 +2,10 @@ package rbac
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -166,6 +168,107 @@ func TestSubjects(t *testing.T) {
 			}
 			if !slices.Contains(sc.Finalizers, v1alpha1.FinalizerRBAC) {
 				t.Errorf("finalizers %v: a granting Sidecar keeps %s", sc.Finalizers, v1alpha1.FinalizerRBAC)
+			}
+		})
+	}
+}
+
+// A record of a revision the Sidecar no longer serves grants only to a pod
+// created while it was served (its creationTimestamp, which the apiserver
+// sets, before the revision's retirement and the grace): a copy of an
+// outdated pod's record made later, where the validating webhook was not
+// called, runs the superseded revision without the grant.
+func TestRetiredRevisionGrantsOnlyPodsCreatedWhileServed(t *testing.T) {
+	rules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create"}}}
+	withRules := func(image string) func(*v1alpha1.Sidecar) {
+		return func(sc *v1alpha1.Sidecar) {
+			sc.Spec.RBAC = &v1alpha1.SidecarRBAC{Rules: rules}
+			sc.Spec.Containers[0].Image = image
+		}
+	}
+	// old is the Sidecar before its image was replaced (a CVE fix, say); f after.
+	old := controllertest.NewFleet(t, withRules("registry.example.com/agent:1"))
+	f := controllertest.NewFleet(t, withRules("registry.example.com/agent:1-fixed"))
+	oldRevision := old.Sidecar.Status.UpdateRevision
+	retiredAt := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	since := retiredAt.Add(-time.Hour)
+	type pod struct {
+		serviceAccount string
+		old            bool          // injected at the retired revision
+		created        time.Duration // after retiredAt
+	}
+	for _, tc := range []struct {
+		name    string
+		status  func(*v1alpha1.SidecarStatus)
+		pods    []pod
+		want    []rbacv1.Subject
+		requeue bool
+	}{
+		{
+			name: "retired: created before it, or within the grace, keeps the grant; a copy created later has none",
+			status: func(s *v1alpha1.SidecarStatus) {
+				s.RetiredRevisions = []v1alpha1.RetiredRevision{{Revision: oldRevision, RetiredAt: metav1.NewTime(retiredAt)}}
+			},
+			pods: []pod{
+				{"before", true, -time.Minute},
+				{"in-grace", true, grants.RetireGrace - time.Second},
+				{"copy", true, grants.RetireGrace + time.Second},
+				{"current", false, time.Hour},
+			},
+			want: []rbacv1.Subject{subject("app", "before"), subject("app", "current"), subject("app", "in-grace")},
+		},
+		{
+			name:   "no entry: only pods created before the status kept retirements (an older release's) keep the grant",
+			status: func(*v1alpha1.SidecarStatus) {},
+			pods: []pod{
+				{"upgraded", true, since.Sub(retiredAt) - time.Minute},
+				{"copy", true, since.Sub(retiredAt) + time.Minute},
+			},
+			want: []rbacv1.Subject{subject("app", "upgraded")},
+		},
+		{
+			name: "the status has not retired what the engine stopped serving: the grants stay as they are",
+			status: func(s *v1alpha1.SidecarStatus) {
+				s.UpdateRevision, s.CurrentRevision = oldRevision, oldRevision
+			},
+			pods:    []pod{{"copy", true, time.Hour}},
+			want:    []rbacv1.Subject{subject("app", "copy")},
+			requeue: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := f.Sidecar.DeepCopy()
+			sc.Status.RetiredRevisionsSince = &metav1.Time{Time: since}
+			tc.status(&sc.Status)
+			objs := []client.Object{sc, controllertest.Namespace("app"), ownedBinding("app", subject("app", "copy"))}
+			for i, p := range tc.pods {
+				fleet := f
+				if p.old {
+					fleet = old
+				}
+				injected := fleet.InjectedPod(t, "app", fmt.Sprintf("p%d", i), p.serviceAccount)
+				injected.CreationTimestamp = metav1.NewTime(retiredAt.Add(p.created))
+				objs = append(objs, injected)
+			}
+			c := controllertest.FakeCluster(objs...)
+			gate, err := grants.NewGate(f.Keys, f.Engines, c, c, "sidecar-operator-system")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &Reconciler{Client: c, APIReader: c, Gate: gate, Pods: controllertest.ListedPods(c), Log: logr.Discard()}
+			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(sc)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if requeued := res.RequeueAfter > 0; requeued != tc.requeue {
+				t.Errorf("Reconcile = %+v, want a requeue: %v", res, tc.requeue)
+			}
+			var rb rbacv1.RoleBinding
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "app", Name: RoleName("agent")}, &rb); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(rb.Subjects, tc.want) {
+				t.Errorf("subjects %v, want %v", rb.Subjects, tc.want)
 			}
 		})
 	}

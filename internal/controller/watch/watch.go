@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -51,6 +52,23 @@ func ServedChanged() predicate.Predicate {
 			n, ok2 := e.ObjectNew.(*v1alpha1.Sidecar)
 			return changed.Update(e) || !ok1 || !ok2 ||
 				o.Status.CurrentRevision != n.Status.CurrentRevision || o.Status.PartitionHash != n.Status.PartitionHash
+		},
+	}
+}
+
+// GrantsChanged passes Sidecar events that change whose grants it gives:
+// SidecarChanged's, and the status grants.View.GrantsLag and Grants read
+// (the revisions served, and those retired and when).
+func GrantsChanged() predicate.Predicate {
+	changed := SidecarChanged()
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*v1alpha1.Sidecar)
+			n, ok2 := e.ObjectNew.(*v1alpha1.Sidecar)
+			return changed.Update(e) || !ok1 || !ok2 ||
+				o.Status.UpdateRevision != n.Status.UpdateRevision || o.Status.CurrentRevision != n.Status.CurrentRevision ||
+				!equality.Semantic.DeepEqual(o.Status.RetiredRevisions, n.Status.RetiredRevisions) ||
+				!equality.Semantic.DeepEqual(o.Status.RetiredRevisionsSince, n.Status.RetiredRevisionsSince)
 		},
 	}
 }
