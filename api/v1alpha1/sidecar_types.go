@@ -324,11 +324,11 @@ type SidecarStatus struct {
 	// +listType=map
 	// +listMapKey=revision
 	Revisions []RevisionPods `json:"revisions,omitempty"`
-	// RetiredRevisions are the revisions the Sidecar no longer serves that
-	// pods may still carry, each with when it stopped being served: a pod at
-	// one gets the Sidecar's grants only if it was created before then (and
-	// a short grace for the webhook replicas to catch up), so a copy of an
-	// outdated pod's record made later grants nothing.
+	// RetiredRevisions are the last 64 revisions the Sidecar stopped
+	// serving, each with when: a pod at one gets the Sidecar's grants only
+	// if it was created before then (and a short grace for the webhook
+	// replicas to catch up), so a copy of an outdated pod's record made
+	// later grants nothing.
 	// +optional
 	// +listType=map
 	// +listMapKey=revision

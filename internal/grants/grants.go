@@ -82,8 +82,7 @@ func (v *View) Upgrade(pod *corev1.Pod, sidecar, revision string) (*corev1.Pod, 
 
 // Grants reports whether the pod carries the grants of sc: its record
 // verifies, the pod was created while sc served the record's revision, and
-// sc as compiled still selects the pod there. Call it only while
-// GrantsLag(sc) is false.
+// sc as compiled still selects the pod there.
 func (v *View) Grants(ctx context.Context, pod *corev1.Pod, sc *v1alpha1.Sidecar) bool {
 	if fleet.Finished(pod) {
 		return false
@@ -120,18 +119,28 @@ const RetireGrace = 10 * time.Second
 // without this, a copy of an outdated pod's record, created where the
 // validating webhook was not called, would run a superseded revision (the
 // one a CVE fix replaced) with the grant.
+//
+// While the status lags the engine (statusLags), a revision it has not
+// retired yet is judged as served: a pod of a revision just replaced keeps
+// its grants until the status's next pass, and a status that cannot be
+// written (a Sidecar whose status pass fails) holds back no revocation.
 func (v *View) createdWhileServed(pod *corev1.Pod, sc *v1alpha1.Sidecar, revision string) bool {
 	if v.Engine.Serves(sc.Name, revision) {
 		return true
 	}
 	created := pod.CreationTimestamp.Time
+	if created.IsZero() { // the apiserver sets it on every pod it stores
+		return false
+	}
 	for _, r := range sc.Status.RetiredRevisions {
 		if r.Revision == revision {
 			return !created.After(r.RetiredAt.Add(RetireGrace))
 		}
 	}
-	since := sc.Status.RetiredRevisionsSince
-	return since != nil && !created.After(since.Time)
+	if v.statusLags(sc) {
+		return true
+	}
+	return !created.After(sc.Status.RetiredRevisionsSince.Time)
 }
 
 // Lags reports whether the engine has not caught up with sc as it is now:
@@ -153,18 +162,10 @@ func (v *View) Lags(sc *v1alpha1.Sidecar) bool {
 	return rev != inject.Revision(&sc.Spec) || uid != string(sc.UID) || gen != sc.Generation
 }
 
-// GrantsLag reports whether the grants of sc cannot be judged yet: the
-// engine lags (Lags), or sc's status has not yet retired what the engine
-// stopped serving, so pods of a revision just replaced would lose their
-// grants until the status controller's next pass. The grant controllers
-// then leave sc's grants as they are.
-func (v *View) GrantsLag(sc *v1alpha1.Sidecar) bool {
-	if v.Lags(sc) {
-		return true
-	}
-	if _, compiled := v.Engine.Revision(sc.Name); !compiled || !sc.DeletionTimestamp.IsZero() {
-		return false // it grants nothing
-	}
+// statusLags reports whether sc's status has not yet retired what the
+// engine stopped serving: it was never written by a release that keeps
+// retirements, or it does not name the revision the engine serves.
+func (v *View) statusLags(sc *v1alpha1.Sidecar) bool {
 	st := &sc.Status
 	// Not the current revision: the status retires it in the write that
 	// moves it, before any engine stops serving it.

@@ -54,7 +54,7 @@ func NewFleet(t *testing.T, change func(*v1alpha1.Sidecar)) *Fleet {
 	}
 	change(sc)
 	// As the status controller has written it for some time: the grant
-	// controllers judge only a status that caught up (grants.View.GrantsLag).
+	// controllers judge a status that caught up (grants.View.Grants).
 	rev := inject.Revision(&sc.Spec)
 	sc.Status.UpdateRevision, sc.Status.CurrentRevision = rev, rev
 	sc.Status.RetiredRevisionsSince = &metav1.Time{Time: time.Unix(1700000000, 0)}

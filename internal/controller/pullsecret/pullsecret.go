@@ -141,10 +141,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			r.Log.Info("not copying a pull secret", "sidecar", sc.Name, "reason", err.Error())
 			continue
 		}
-		if view.GrantsLag(sc) {
+		if view.Lags(sc) {
 			// Copies follow the Sidecar the webhook injects: until it is
-			// compiled, and its status retired what it stopped serving, its
-			// copies stay as they are and no new one is made.
+			// compiled, its copies stay as they are and no new one is made.
 			lagging[ref.Namespace+"/"+ref.Name] = true
 			continue
 		}

@@ -115,7 +115,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !ok {
 		return grants.NotLoaded, nil
 	}
-	if view.GrantsLag(&sc) {
+	if view.Lags(&sc) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil // the grants follow the Sidecar the webhook injects
 	}
 	// Only a Sidecar that grants owns something to clean up: one without a

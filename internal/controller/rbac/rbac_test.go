@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -198,11 +199,10 @@ func TestRetiredRevisionGrantsOnlyPodsCreatedWhileServed(t *testing.T) {
 		created        time.Duration // after retiredAt
 	}
 	for _, tc := range []struct {
-		name    string
-		status  func(*v1alpha1.SidecarStatus)
-		pods    []pod
-		want    []rbacv1.Subject
-		requeue bool
+		name   string
+		status func(*v1alpha1.SidecarStatus)
+		pods   []pod
+		want   []rbacv1.Subject
 	}{
 		{
 			name: "retired: created before it, or within the grace, keeps the grant; a copy created later has none",
@@ -227,13 +227,20 @@ func TestRetiredRevisionGrantsOnlyPodsCreatedWhileServed(t *testing.T) {
 			want: []rbacv1.Subject{subject("app", "upgraded")},
 		},
 		{
-			name: "the status has not retired what the engine stopped serving: the grants stay as they are",
+			// A status that cannot be written holds back no revocation: the
+			// binding's subject whose pod is gone goes (helper review).
+			name: "the status has not retired what the engine stopped serving: the revision it has not retired is judged as served",
 			status: func(s *v1alpha1.SidecarStatus) {
 				s.UpdateRevision, s.CurrentRevision = oldRevision, oldRevision
 			},
-			pods:    []pod{{"copy", true, time.Hour}},
-			want:    []rbacv1.Subject{subject("app", "copy")},
-			requeue: true,
+			pods: []pod{{"outdated", true, time.Hour}},
+			want: []rbacv1.Subject{subject("app", "outdated")},
+		},
+		{
+			name:   "no creation time, as the apiserver never stores: no grant at a revision not served",
+			status: func(*v1alpha1.SidecarStatus) {},
+			pods:   []pod{{"zero", true, 0}},
+			want:   nil,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -248,6 +255,9 @@ func TestRetiredRevisionGrantsOnlyPodsCreatedWhileServed(t *testing.T) {
 				}
 				injected := fleet.InjectedPod(t, "app", fmt.Sprintf("p%d", i), p.serviceAccount)
 				injected.CreationTimestamp = metav1.NewTime(retiredAt.Add(p.created))
+				if p.serviceAccount == "zero" {
+					injected.CreationTimestamp = metav1.Time{}
+				}
 				objs = append(objs, injected)
 			}
 			c := controllertest.FakeCluster(objs...)
@@ -260,11 +270,11 @@ func TestRetiredRevisionGrantsOnlyPodsCreatedWhileServed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if requeued := res.RequeueAfter > 0; requeued != tc.requeue {
-				t.Errorf("Reconcile = %+v, want a requeue: %v", res, tc.requeue)
+			if res.RequeueAfter > 0 {
+				t.Errorf("Reconcile = %+v, want no requeue: nothing waits for the status", res)
 			}
 			var rb rbacv1.RoleBinding
-			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "app", Name: RoleName("agent")}, &rb); err != nil {
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "app", Name: RoleName("agent")}, &rb); err != nil && !apierrors.IsNotFound(err) {
 				t.Fatal(err)
 			}
 			if !slices.Equal(rb.Subjects, tc.want) {

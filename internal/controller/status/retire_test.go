@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -14,52 +15,52 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/controllertest"
 )
 
-// The status keeps when each revision pods may carry stopped being served:
-// from the pass that first sees it no longer served, across passes and
-// leaders (it is read back from the status), until it is served again or
-// no pod carries it.
+// The status keeps when each revision stopped being served: from the pass
+// that first sees it no longer served, across passes and leaders (it is
+// read back from the status), until it is served again or maxRetired later
+// ones push it out.
 func TestRetire(t *testing.T) {
 	now := metav1.NewTime(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
 	earlier := metav1.NewTime(now.Add(-time.Hour))
-	recent := metav1.NewTime(now.Add(-keepUncarried / 2))
 	retired := func(rev string, at metav1.Time) v1alpha1.RetiredRevision {
 		return v1alpha1.RetiredRevision{Revision: rev, RetiredAt: at}
 	}
 	served := func(update, current string, kept ...v1alpha1.RetiredRevision) *v1alpha1.SidecarStatus {
 		return &v1alpha1.SidecarStatus{UpdateRevision: update, CurrentRevision: current, RetiredRevisions: kept, RetiredRevisionsSince: &earlier}
 	}
+	// many are maxRetired+1 retirements, an hour apart, the first oldest.
+	var many []v1alpha1.RetiredRevision
+	for i := range maxRetired + 1 {
+		many = append(many, retired(fmt.Sprintf("r%03d", i), metav1.NewTime(earlier.Add(time.Duration(i-maxRetired)*time.Hour))))
+	}
 	for _, tc := range []struct {
 		name         string
 		stored, next *v1alpha1.SidecarStatus
-		carried      map[string]int32
 		want         []v1alpha1.RetiredRevision
 		wantSince    metav1.Time
 	}{
 		{name: "first pass of this release: kept from now, so the pods of an older one keep their grants",
-			stored: &v1alpha1.SidecarStatus{UpdateRevision: "r2", CurrentRevision: "r2"}, next: served("r2", "r2"),
-			carried: map[string]int32{"r1": 3, "r2": 1}, wantSince: now},
+			stored: &v1alpha1.SidecarStatus{UpdateRevision: "r2", CurrentRevision: "r2"}, next: served("r2", "r2"), wantSince: now},
 		{name: "the spec replaced: the revision served before is retired now",
-			stored: served("r1", "r1"), next: served("r2", "r2"), carried: map[string]int32{"r1": 3},
+			stored: served("r1", "r1"), next: served("r2", "r2"),
 			want: []v1alpha1.RetiredRevision{retired("r1", now)}, wantSince: earlier},
-		{name: "retired before: keeps its time",
-			stored: served("r2", "r2", retired("r1", earlier)), next: served("r2", "r2"), carried: map[string]int32{"r1": 1},
+		{name: "retired before: keeps its time, whether or not pods carry it (carriers are not counted while the keys are unreadable)",
+			stored: served("r2", "r2", retired("r1", earlier)), next: served("r2", "r2"),
 			want: []v1alpha1.RetiredRevision{retired("r1", earlier)}, wantSince: earlier},
 		{name: "served again: no longer retired, and the one it replaced is",
-			stored: served("r2", "r2", retired("r1", earlier)), next: served("r1", "r1"), carried: map[string]int32{"r1": 1},
+			stored: served("r2", "r2", retired("r1", earlier)), next: served("r1", "r1"),
 			want: []v1alpha1.RetiredRevision{retired("r2", now)}, wantSince: earlier},
-		{name: "no pod carries it any more: dropped",
-			stored: served("r2", "r2", retired("r1", earlier)), next: served("r2", "r2"), carried: map[string]int32{"r2": 1}, wantSince: earlier},
-		{name: "no pod carries it yet: kept a while, for pods injected at its last moments",
-			stored: served("r2", "r2", retired("r1", recent)), next: served("r2", "r2"),
-			want: []v1alpha1.RetiredRevision{retired("r1", recent)}, wantSince: earlier},
 		{name: "a rollout holds the older revision: both served, none retired",
-			stored: served("r2", "r1"), next: served("r2", "r1"), carried: map[string]int32{"r1": 2, "r2": 1}, wantSince: earlier},
+			stored: served("r2", "r1"), next: served("r2", "r1"), wantSince: earlier},
 		{name: "a rollout promotes: the held revision is retired in the same write",
-			stored: served("r2", "r1"), next: served("r2", "r2"), carried: map[string]int32{"r1": 1, "r2": 2},
+			stored: served("r2", "r1"), next: served("r2", "r2"),
 			want: []v1alpha1.RetiredRevision{retired("r1", now)}, wantSince: earlier},
+		{name: "more than maxRetired: the oldest goes",
+			stored: served("r2", "r2", many...), next: served("r2", "r2"),
+			want: many[1:], wantSince: earlier},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, since := retire(tc.stored, tc.next, tc.carried, now)
+			got, since := retire(tc.stored, tc.next, now)
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("retired %v, want %v", got, tc.want)
 			}

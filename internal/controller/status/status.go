@@ -228,7 +228,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, engine *inject.Engine, sc 
 	if err := r.rollout(ctx, sc, c, pinned, &status); err != nil {
 		return err
 	}
-	status.RetiredRevisions, status.RetiredRevisionsSince = retire(&sc.Status, &status, c.Revisions, metav1.Now().Rfc3339Copy())
+	status.RetiredRevisions, status.RetiredRevisionsSince = retire(&sc.Status, &status, metav1.Now().Rfc3339Copy())
 	ready := metav1.Condition{
 		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Injecting", Message: "the webhook injects this revision",
 		ObservedGeneration: sc.Generation,

@@ -57,7 +57,7 @@ func ServedChanged() predicate.Predicate {
 }
 
 // GrantsChanged passes Sidecar events that change whose grants it gives:
-// SidecarChanged's, and the status grants.View.GrantsLag and Grants read
+// SidecarChanged's, and the status grants.View.Grants reads
 // (the revisions served, and those retired and when).
 func GrantsChanged() predicate.Predicate {
 	changed := SidecarChanged()
