@@ -9,7 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
@@ -98,4 +100,29 @@ func TestAttackPaddedForgedPodDenied(t *testing.T) {
 		t.Fatalf("the padded pod's update was refused by a failed call, not by a judgement: %.400v", err)
 	}
 	t.Logf("update denied: %.300v", err)
+}
+
+// TestRolloutPercentsRefusedPastAHundred: a partition or maxUnavailable of
+// more than 100%, which overflowed strconv.Atoi in the status pass and
+// stopped it for every Sidecar after (helper review), is refused by the
+// CRD's schema; 100% is not.
+func TestRolloutPercentsRefusedPastAHundred(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		partition, maxUnavailable string
+		refused                   bool
+	}{
+		{"99999999999999999999%", "1", true},
+		{"0%", "101%", true},
+		{"100%", "100%", false},
+		{"9%", "0%", false},
+	} {
+		sc := loggerSidecar("pct-"+rand.String(5), map[string]string{"pct": "on"})
+		sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate,
+			Partition: new(intstr.FromString(tc.partition)), MaxUnavailable: new(intstr.FromString(tc.maxUnavailable))}
+		err := k8s.Create(ctx, sc, client.DryRunAll)
+		if refused := err != nil; refused != tc.refused {
+			t.Errorf("partition %s, maxUnavailable %s: %v, want refused %v", tc.partition, tc.maxUnavailable, err, tc.refused)
+		}
+	}
 }
