@@ -186,7 +186,7 @@ type SidecarUpdateStrategy struct {
 	// at once: an int, or a percent of them (at most 100%). Default 1.
 	// +optional
 	// +kubebuilder:validation:XIntOrString
-	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="an int of at least 0 or a percent from 0% to 100%, such as 10%"
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="an int >= 0 or 0% to 100%"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 	// Partition is how many of the selected workloads stay at
 	// status.currentRevision, new pods included: an int, or a percent of
@@ -194,7 +194,7 @@ type SidecarUpdateStrategy struct {
 	// name; the lowest are held. A canary is 90%, promotion 0. Default 0.
 	// +optional
 	// +kubebuilder:validation:XIntOrString
-	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="an int of at least 0 or a percent from 0% to 100%, such as 90%"
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="an int >= 0 or 0% to 100%"
 	Partition *intstr.IntOrString `json:"partition,omitempty"`
 	// Paused stops every action of the rollout.
 	// +optional

@@ -29,7 +29,7 @@ func TestRetire(t *testing.T) {
 		return &v1alpha1.SidecarStatus{UpdateRevision: update, CurrentRevision: current, RetiredRevisions: kept, RetiredRevisionsSince: &earlier}
 	}
 	// many are maxRetired+1 retirements, an hour apart, the first oldest.
-	var many []v1alpha1.RetiredRevision
+	many := make([]v1alpha1.RetiredRevision, 0, maxRetired+1)
 	for i := range maxRetired + 1 {
 		many = append(many, retired(fmt.Sprintf("r%03d", i), metav1.NewTime(earlier.Add(time.Duration(i-maxRetired)*time.Hour))))
 	}
