@@ -43,11 +43,11 @@ func TestAttackHugeQuantityPodJudged(t *testing.T) {
 	t.Logf("admitted and injected; the apiserver stored the limit as %s", pod.Spec.Volumes[0].EmptyDir.SizeLimit)
 }
 
-// TestAttackPaddedForgedPodDenied: a tenant pads a pod with 20,000 env
-// entries (about 600 KiB, far inside the apiserver's limits), skips
+// TestAttackPaddedForgedPodDenied: a tenant pads a pod with 12,000 env
+// entries (about 350 KiB, far inside the apiserver's limits), skips
 // injection and forges the record text of a mandatory Sidecar beside a
 // container of its name. /validate-pods answered 413 (its count priced the
-// pod at 90 MiB), a failed call, which failurePolicy Ignore would admit;
+// pod at 54 MiB), a failed call, which failurePolicy Ignore would admit;
 // it must be a judgement: "denied the request", never "failed calling
 // webhook". Its updates must be judged too.
 func TestAttackPaddedForgedPodDenied(t *testing.T) {
@@ -55,7 +55,7 @@ func TestAttackPaddedForgedPodDenied(t *testing.T) {
 	ns, tc := tenant(t, nil)
 	name := "padded-" + rand.String(5)
 	applySidecar(t, mandatoryAgent(name, ns))
-	env := make([]corev1.EnvVar, 20000)
+	env := make([]corev1.EnvVar, 12000) // the UPDATE sends two: within the 2 s timeout under -race
 	for i := range env {
 		env[i] = corev1.EnvVar{Name: fmt.Sprintf("PAD_%d", i), Value: "x"}
 	}
