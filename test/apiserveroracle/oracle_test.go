@@ -73,6 +73,10 @@ func accepts(pod *corev1.Pod) bool {
 	return len(validation.ValidatePodCreate(&internal, validation.PodValidationOptions{})) == 0
 }
 
+// maxRequestBytes is the largest request body the apiserver reads
+// (its MaxRequestBodyBytes, 3 MiB).
+const maxRequestBytes = 3 << 20
+
 // judgement is what a webhook answered, and whether it was one: a review
 // answered with 200 whose denial, if any, is not its parser's or a limit's.
 func judgement(h http.Handler, path string, pod *corev1.Pod) (string, bool) {
@@ -136,6 +140,9 @@ func FuzzWebhookJudgesWhatTheApiserverAccepts(f *testing.F) {
 		pod := generated(quantity, text, envs, volumes, labelled)
 		if !accepts(pod) {
 			return
+		}
+		if object, err := json.Marshal(pod); err != nil || len(object) > maxRequestBytes {
+			return // the apiserver refuses the request before any webhook
 		}
 		for _, path := range []string{webhook.PathMutatePods, webhook.PathValidatePods} {
 			if answer, ok := judgement(h, path, pod); !ok {
