@@ -156,16 +156,7 @@ func TestValidatingDrawsWhatItDecodes(t *testing.T) {
 		"256 KiB of escapes":          numbered(`,"labels":{`, `"%d":"\u00e9\u00e9\u00e9\u00e9"`, "}}"),
 	} {
 		v.validatePods(httptest.NewRecorder(), nil, &warm, nil) // json v2 builds its decoders at first use
-		b := &budget{l: newLimiter(Limits{})}
-		rec := httptest.NewRecorder()
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		v.validatePods(rec, nil, &body, b)
-		runtime.ReadMemStats(&after)
-		charged := b.n
-		b.release()
-		allocated := int64(after.TotalAlloc - before.TotalAlloc)
+		charged, allocated, rec := validatedPod(v, body)
 		t.Logf("%s: %d KiB, charged %d KiB, allocated %d KiB, status %d %.200s", name, len(body)>>10, charged>>10, allocated>>10, rec.Code, rec.Body)
 		if allocated > charged+refusalSlack {
 			t.Errorf("%s: decoding allocated %d KiB, more than the %d KiB charged", name, allocated>>10, charged>>10)
@@ -246,16 +237,7 @@ func TestValidatingJudgesLargeValidPods(t *testing.T) {
 		if counted := countObject(objectOf(t, body)); counted.cost <= largeShare {
 			t.Fatalf("%s: its count prices %d MiB, within what a review may hold: it tests nothing", name, counted.cost>>20)
 		}
-		b := &budget{l: newLimiter(Limits{})}
-		rec := httptest.NewRecorder()
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		v.validatePods(rec, nil, &body, b)
-		runtime.ReadMemStats(&after)
-		charged := b.n
-		b.release()
-		allocated := int64(after.TotalAlloc - before.TotalAlloc)
+		charged, allocated, rec := validatedPod(v, body)
 		t.Logf("%s: %d KiB, charged %d KiB, allocated %d KiB, status %d %.300s", name, len(body)>>10, charged>>10, allocated>>10, rec.Code, rec.Body)
 		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"allowed":true`) {
 			t.Errorf("%s: not admitted: %d %.300s", name, rec.Code, rec.Body)
@@ -274,4 +256,20 @@ func objectOf(t *testing.T, body []byte) []byte {
 		t.Fatal(err)
 	}
 	return rv.Request.Object
+}
+
+// validatedPod sends body to /validate-pods with a budget of the default
+// limits, and returns what it charged, what the review allocated (the
+// runtime's count) and the answer.
+func validatedPod(v *Validator, body []byte) (charged, allocated int64, rec *httptest.ResponseRecorder) {
+	b := &budget{l: newLimiter(Limits{})}
+	rec = httptest.NewRecorder()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	v.validatePods(rec, nil, &body, b)
+	runtime.ReadMemStats(&after)
+	charged = b.n
+	b.release()
+	return charged, int64(after.TotalAlloc - before.TotalAlloc), rec
 }

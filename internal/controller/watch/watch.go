@@ -45,30 +45,31 @@ func SidecarChanged() predicate.Predicate {
 // serves: SidecarChanged's, and the rollout's revisions and partition in
 // status.
 func ServedChanged() predicate.Predicate {
-	changed := SidecarChanged()
-	return predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*v1alpha1.Sidecar)
-			n, ok2 := e.ObjectNew.(*v1alpha1.Sidecar)
-			return changed.Update(e) || !ok1 || !ok2 ||
-				o.Status.CurrentRevision != n.Status.CurrentRevision || o.Status.PartitionHash != n.Status.PartitionHash
-		},
-	}
+	return statusChanged(func(o, n *v1alpha1.SidecarStatus) bool {
+		return o.CurrentRevision != n.CurrentRevision || o.PartitionHash != n.PartitionHash
+	})
 }
 
 // GrantsChanged passes Sidecar events that change whose grants it gives:
 // SidecarChanged's, and the status grants.View.Grants reads
 // (the revisions served, and those retired and when).
 func GrantsChanged() predicate.Predicate {
+	return statusChanged(func(o, n *v1alpha1.SidecarStatus) bool {
+		return o.UpdateRevision != n.UpdateRevision || o.CurrentRevision != n.CurrentRevision ||
+			!equality.Semantic.DeepEqual(o.RetiredRevisions, n.RetiredRevisions) ||
+			!equality.Semantic.DeepEqual(o.RetiredRevisionsSince, n.RetiredRevisionsSince)
+	})
+}
+
+// statusChanged passes SidecarChanged's events, and updates whose status
+// differs as differ says.
+func statusChanged(differ func(o, n *v1alpha1.SidecarStatus) bool) predicate.Predicate {
 	changed := SidecarChanged()
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*v1alpha1.Sidecar)
 			n, ok2 := e.ObjectNew.(*v1alpha1.Sidecar)
-			return changed.Update(e) || !ok1 || !ok2 ||
-				o.Status.UpdateRevision != n.Status.UpdateRevision || o.Status.CurrentRevision != n.Status.CurrentRevision ||
-				!equality.Semantic.DeepEqual(o.Status.RetiredRevisions, n.Status.RetiredRevisions) ||
-				!equality.Semantic.DeepEqual(o.Status.RetiredRevisionsSince, n.Status.RetiredRevisionsSince)
+			return changed.Update(e) || !ok1 || !ok2 || differ(&o.Status, &n.Status)
 		},
 	}
 }
