@@ -16,6 +16,14 @@ const (
 	MandatoryPolicyName = "sidecar-operator-mandatory"
 	// AnnotationStatus records what was injected, as InjectionStatus JSON.
 	AnnotationStatus = "sidecar-operator.io/status"
+	// RecordGuarded and RecordUnguarded are how the webhook writes an
+	// injection record's guarded field (InjectionRecord.Guarded) in
+	// AnnotationStatus. The apiserver sends a pod to /validate-pods when
+	// the annotation holds RecordGuarded, or does not hold RecordUnguarded
+	// (records from before the field): substrings, so that a matchCondition
+	// and a policy can test them.
+	RecordGuarded   = `"guarded":true`
+	RecordUnguarded = `"guarded":false`
 	// LabelInjected is set to "true" on every pod that received a sidecar.
 	LabelInjected = "sidecar-operator.io/injected"
 	// AnnotationRevisionPrefix followed by a Sidecar's name pins a pod to

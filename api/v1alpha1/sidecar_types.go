@@ -222,6 +222,11 @@ func (s *SidecarSpec) Grants() bool {
 	return s.ImagePullSecret != nil || s.RBAC != nil && (len(s.RBAC.Rules) > 0 || len(s.RBAC.ClusterRules) > 0)
 }
 
+// Guarded reports whether the Sidecar's records guard something, a grant or
+// the mandatory guarantee, so that the pods carrying them must be validated
+// (InjectionRecord.Guarded).
+func (s *SidecarSpec) Guarded() bool { return s.Grants() || s.Mandatory }
+
 // RequestByNameAllowed applies AllowRequestByName's default.
 func (s *SidecarSpec) RequestByNameAllowed() bool {
 	if s.AllowRequestByName != nil {
@@ -472,7 +477,14 @@ type InjectionStatus struct {
 // InjectionRecord names one injected Sidecar and the spec revision injected,
 // with the webhook's proof that it made this injection for this pod.
 type InjectionRecord struct {
-	Name     string `json:"name"`
+	Name string `json:"name"`
+	// Guarded says whether the Sidecar, when it was injected, made grants
+	// (rbac, imagePullSecret) or was mandatory: the apiserver sends
+	// /validate-pods only pods with a guarded record, or with a record
+	// written before this field (absent), and a record keeps a mandatory
+	// Sidecar only on such a pod (RecordGuarded). Not signed, so that the
+	// replicas of a release before it verify the records of this one.
+	Guarded  *bool  `json:"guarded,omitempty"`
 	Revision string `json:"revision"`
 	// Containers are the names of the containers the injection added.
 	Containers []string `json:"containers,omitempty"`

@@ -40,6 +40,7 @@ type compiledSidecar struct {
 	onMissing  v1alpha1.MissingParametersPolicy
 
 	mandatory  bool            // a pod its selectors select must have it
+	guarded    bool            // spec.Guarded(), written in its records: a pod carrying one is validated
 	byName     bool            // a pod may request it with AnnotationInject
 	selector   labels.Selector // nil: selects no pod by label
 	nsSelector labels.Selector // nil: every namespace
@@ -177,6 +178,7 @@ func compile(sc *v1alpha1.Sidecar) (*compiledSidecar, error) {
 		c.activation = spec.Activation.Annotation
 	}
 	c.mandatory = spec.Mandatory
+	c.guarded = spec.Guarded()
 	if err := mandatoryInvalid(spec); err != nil {
 		errs = append(errs, err)
 	}

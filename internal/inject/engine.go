@@ -914,7 +914,7 @@ func (s *selection) record(rec *v1alpha1.InjectionRecord, podVolume func(string)
 	if err != nil {
 		return nil, err
 	}
-	*rec = v1alpha1.InjectionRecord{Name: s.sc.name, Revision: s.sc.revision, Containers: s.sc.containerNames,
+	*rec = v1alpha1.InjectionRecord{Name: s.sc.name, Guarded: new(s.sc.guarded), Revision: s.sc.revision, Containers: s.sc.containerNames,
 		Owned: r.Owned, Digest: r.Digest, VolumeDigest: volumeDigest}
 	if signer != nil {
 		signer.Sign(namespace, sa, s.sc.uid, rec)
@@ -928,11 +928,11 @@ func (s *selection) record(rec *v1alpha1.InjectionRecord, podVolume func(string)
 // (plainRecords) are written in stringSyntax: their values read the same in
 // both, as they are.
 type recordSyntax struct {
-	quote, open, name, revision, containers, digest, volumeDigest, owned, signature string
+	quote, open, name, guarded, revision, containers, digest, volumeDigest, owned, signature string
 }
 
 var (
-	jsonSyntax = recordSyntax{quote: `"`, open: `{"sidecars":[`, name: `{"name":`, revision: `,"revision":`,
+	jsonSyntax = recordSyntax{quote: `"`, open: `{"sidecars":[`, name: `{"name":`, guarded: `,"guarded":`, revision: `,"revision":`,
 		containers: `,"containers":[`, digest: `,"digest":`, volumeDigest: `,"volumeDigest":`, owned: `,"owned":`,
 		signature: `,"signature":`}
 	stringSyntax = jsonSyntax.inString()
@@ -940,7 +940,7 @@ var (
 
 func (s recordSyntax) inString() recordSyntax {
 	e := func(v string) string { return strings.ReplaceAll(v, `"`, `\"`) }
-	return recordSyntax{quote: e(s.quote), open: e(s.open), name: e(s.name), revision: e(s.revision),
+	return recordSyntax{quote: e(s.quote), open: e(s.open), name: e(s.name), guarded: e(s.guarded), revision: e(s.revision),
 		containers: e(s.containers), digest: e(s.digest), volumeDigest: e(s.volumeDigest), owned: e(s.owned),
 		signature: e(s.signature)}
 }
@@ -1012,7 +1012,7 @@ func statusSize(records []v1alpha1.InjectionRecord, syn *recordSyntax) int {
 	n := len(`""`) + len(syn.open) + len("]}")
 	for i := range records {
 		r := &records[i]
-		n += len(syn.name) + len(syn.revision) + len(syn.containers) + len("]") + len(syn.digest) + len(syn.volumeDigest) +
+		n += len(syn.name) + len(syn.guarded) + len("false") + len(syn.revision) + len(syn.containers) + len("]") + len(syn.digest) + len(syn.volumeDigest) +
 			len(syn.owned) + len(syn.signature) + len("},") + 6*2*q +
 			len(r.Name) + len(r.Revision) + len(r.Digest) + len(r.VolumeDigest) + len(r.Owned) + len(r.Signature)
 		for _, c := range r.Containers {
@@ -1026,6 +1026,9 @@ func statusSize(records []v1alpha1.InjectionRecord, syn *recordSyntax) int {
 func appendRecord(buf []byte, r *v1alpha1.InjectionRecord, syn *recordSyntax) []byte {
 	buf = append(buf, syn.name...)
 	buf = syn.appendValue(buf, r.Name)
+	if r.Guarded != nil {
+		buf = strconv.AppendBool(append(buf, syn.guarded...), *r.Guarded)
+	}
 	buf = append(buf, syn.revision...)
 	buf = syn.appendValue(buf, r.Revision)
 	if len(r.Containers) > 0 {

@@ -38,10 +38,14 @@ func FuzzInjectJSON(f *testing.F) {
 // encoding/json: what it writes decodes to the record it was given, with
 // invalid UTF-8 replaced as encoding/json replaces it.
 func FuzzAppendRecord(f *testing.F) {
-	f.Add("fluentd", "deb2fc0052937f2c", "fluentd", "wesSrEHW", "shqdzTtT", "r2.1.0.CyIedCNO", "k1700000000.1T2a")
-	f.Add("a\"b\\c", "<&>\u2028", "x\xff", "", "", "\x00", "")
-	f.Fuzz(func(t *testing.T, name, revision, container, digest, volumeDigest, owned, signature string) {
+	f.Add("fluentd", "deb2fc0052937f2c", "fluentd", "wesSrEHW", "shqdzTtT", "r2.1.0.CyIedCNO", "k1700000000.1T2a", uint8(2))
+	f.Add("a\"b\\c", "<&>\u2028", "x\xff", "", "", "\x00", "", uint8(0))
+	f.Add("a", "", "", "", "", "", "", uint8(1))
+	f.Fuzz(func(t *testing.T, name, revision, container, digest, volumeDigest, owned, signature string, guarded uint8) {
 		rec := v1alpha1.InjectionRecord{Name: name, Revision: revision, Digest: digest, VolumeDigest: volumeDigest, Owned: owned, Signature: signature}
+		if guarded%3 > 0 { // 0: absent, as in records from before the field
+			rec.Guarded = new(guarded%3 == 2)
+		}
 		if container != "" {
 			rec.Containers = []string{container, container + "-2"}
 		}
@@ -135,6 +139,8 @@ func FuzzParseStatus(f *testing.F) {
 		`{"sidecars":[{"name":"a","Name":"b"}]}`, `{"sidecars":[{"name":"\u0061"}]}`, `{"sidecars":[{"name":"é"}]}`,
 		`{"sidecars":[{"name":"a","signature":"s"}],"sidecars":[{"name":"b"}]}`, `{"sidecars":[{"containers":["a","b"],"containers":[null]}]}`,
 		`{"sidecars":[{"name":1}]}`, `{"sidecars":[{"containers":"a"}]}`, `{"sidecars":[1]}`, `[]`, `{"sidecars":[{}]`,
+		`{"sidecars":[{"name":"a","guarded":true},{"guarded":false},{"Guarded":null}]}`, `{"sidecars":[{"guarded":null,"GUARDED":false}]}`,
+		`{"sidecars":[{"guarded":1}]}`, `{"sidecars":[{"guarded":"true"}]}`, `{"sidecars":[{"guarded":tru}]}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -170,7 +176,7 @@ func neverWritten(doc []byte) bool {
 	if tok != encjson.Delim('{') {
 		return false
 	}
-	fields := []string{"name", "revision", "containers", "digest", "volumeDigest", "owned", "signature"}
+	fields := []string{"name", "guarded", "revision", "containers", "digest", "volumeDigest", "owned", "signature"}
 	sidecars := 0
 	for dec.More() {
 		key, _ := dec.Token()

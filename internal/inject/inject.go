@@ -2,6 +2,7 @@ package inject
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -259,6 +260,13 @@ func readRecord(s *jsonscan.Scanner, rec *v1alpha1.InjectionRecord) error {
 			}
 			continue
 		}
+		if field == "guarded" {
+			var err error
+			if rec.Guarded, err = optionalBool(s, field); err != nil {
+				return err
+			}
+			continue
+		}
 		if !s.Array() {
 			rec.Containers = nil // null, or an error
 			continue
@@ -300,14 +308,26 @@ func plainString(s *jsonscan.Scanner, field string) (string, error) {
 	return string(value[1 : len(value)-1]), nil
 }
 
+// optionalBool reads null, as nil, or true or false.
+func optionalBool(s *jsonscan.Scanner, field string) (*bool, error) {
+	switch value := string(s.Raw()); value {
+	case "", "null": // "": the scanner holds the error
+		return nil, nil
+	case strconv.FormatBool(true), strconv.FormatBool(false):
+		return new(value == strconv.FormatBool(true)), nil
+	}
+	return nil, fmt.Errorf("a record's %s is not a boolean", field)
+}
+
 // recordFields are the fields of an InjectionRecord, as its JSON names
-// them, and where each string is kept: the names, containers, are the one
-// field that is not a string.
+// them, and where each string is kept: guarded and the names, containers,
+// are the fields that are not strings.
 var recordFields = [...]struct {
 	name  string
 	value func(*v1alpha1.InjectionRecord) *string
 }{
 	{"name", func(r *v1alpha1.InjectionRecord) *string { return &r.Name }},
+	{"guarded", nil},
 	{"revision", func(r *v1alpha1.InjectionRecord) *string { return &r.Revision }},
 	{"containers", nil},
 	{"digest", func(r *v1alpha1.InjectionRecord) *string { return &r.Digest }},

@@ -37,6 +37,8 @@ func NewServing(sidecars []v1alpha1.Sidecar, held map[string]*Held) (*Engine, er
 			errs = append(errs, fmt.Errorf("its held revision: %w", err))
 		case hc.revision != c.revision:
 			c.held, c.partition = hc, h.Partition
+			// What it guards is the Sidecar's as it is now.
+			hc.guarded = c.guarded
 		}
 	}
 	return e, errors.Join(errs...)

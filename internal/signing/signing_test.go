@@ -525,3 +525,19 @@ func TestSignAllocatesTheSignatureOnly(t *testing.T) {
 		t.Errorf("the long record does not verify: %v", err)
 	}
 }
+
+// TestSignatureLeavesGuardedOut: a record's guarded field is not signed,
+// so that the replicas of the release before it, which verify records
+// without it, verify those of this release during a rolling upgrade. It
+// decides only whether the apiserver sends the pod to /validate-pods, and
+// the mandatory policy asks a record of a pod that is sent.
+func TestSignatureLeavesGuardedOut(t *testing.T) {
+	r := ring(t, map[string][]byte{"k1000": secretOf(1)}, 0)
+	pod, rec := signedPod(t, r)
+	for _, guarded := range []*bool{nil, new(true), new(false)} {
+		rec.Guarded = guarded
+		if err := r.Verify(pod, "uid-1", false, rec); err != nil {
+			t.Errorf("guarded %v: %v", guarded, err)
+		}
+	}
+}

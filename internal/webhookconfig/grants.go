@@ -319,8 +319,6 @@ func grantValidations(namespace string) []admissionv1.Validation {
 	}
 }
 
-// quotedCEL is s as a raw CEL string literal, triple double-quoted: s
-// holds no double quote.
 // ownersKept says that the object's labels, finalizers and owner
 // references are unchanged.
 const ownersKept = "object.metadata.?labels == oldObject.metadata.?labels && object.metadata.?finalizers == oldObject.metadata.?finalizers && " +
@@ -349,4 +347,12 @@ func workloadFieldsKept() string {
 	return strings.Join(kept, " && ")
 }
 
-func quotedCEL(s string) string { return `r"""` + s + `"""` }
+// quotedCEL is s as a raw CEL string literal, triple double-quoted: s,
+// one of the operator's own expressions, holds no three double quotes in a
+// row and does not end in one.
+func quotedCEL(s string) string {
+	if strings.Contains(s, `"""`) || strings.HasSuffix(s, `"`) {
+		panic("quotedCEL: cannot quote " + s)
+	}
+	return `r"""` + s + `"""`
+}

@@ -29,7 +29,9 @@ const MandatoryPolicyName = v1alpha1.MandatoryPolicyName
 // down, which a check in the webhook could not. Each Sidecar is a param
 // (the binding selects them all, each judged on its own CEL budget); one
 // not mandatory passes at once. Here a pod must carry the Sidecar's name in
-// its record annotation; a pod that does is sent to /validate-pods, which
+// its record annotation and be one the apiserver sends to /validate-pods
+// (recordsValidatedCEL: the webhook writes a mandatory Sidecar's record
+// guarded), which
 // holds the record to the containers of its revision (a pod a rollout holds
 // at an older revision has that one's), and denies one the webhook did not
 // sign for the pod. Pods of kube-system
@@ -70,8 +72,10 @@ func MandatoryPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, 
 				// the only selection an update can change.
 				{Name: "wasSelected", Expression: "request.operation == 'UPDATE' && variables.selected && " +
 					selects("params.spec.selector", "oldObject.metadata.?labels.orValue({})")},
-				{Name: "recorded", Expression: fmt.Sprintf("object.metadata.?annotations[?'%s'].orValue('').contains('\"name\":\"' + params.metadata.name + '\"')",
-					v1alpha1.AnnotationStatus)},
+				// A record that names it, on a pod sent to /validate-pods,
+				// which denies one the webhook did not sign for the pod.
+				{Name: "recorded", Expression: fmt.Sprintf("object.metadata.?annotations[?'%s'].orValue('').contains('\"name\":\"' + params.metadata.name + '\"') && %s",
+					v1alpha1.AnnotationStatus, recordsValidatedCEL("object"))},
 			},
 			Validations: []admissionv1.Validation{{
 				Expression: "!variables.selected || variables.wasSelected || variables.recorded",

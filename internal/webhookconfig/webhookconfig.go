@@ -152,7 +152,7 @@ const InjectWebhookName = "inject.sidecar-operator.io"
 
 // Validating is the desired configuration for judging
 // Sidecars and injection records. Pods are sent only when they carry, or
-// carried, an injection record. Both webhooks are Fail whatever the
+// carried, an injection record that guards something. Both webhooks are Fail whatever the
 // injection's failurePolicy: they guarantee (a mandatory Sidecar, a record
 // that grants), and under Ignore a call made to fail, by a review too large
 // or a replica down, would admit what they refuse. With every replica down
@@ -210,6 +210,16 @@ func Validating(
 		Expression: `(has(object.metadata.annotations) && 'sidecar-operator.io/status' in object.metadata.annotations) || ` +
 			`(oldObject != null && has(oldObject.metadata.annotations) && 'sidecar-operator.io/status' in oldObject.metadata.annotations)`,
 	}, {
+		// Only records that guard something: those of a Sidecar that
+		// grants (rbac, imagePullSecret) or is mandatory, and records from
+		// before the field. A pod whose Sidecars guard nothing is admitted
+		// without the call. Its records keep no mandatory Sidecar (the
+		// mandatory policy asks this of the pod), and their grants rest on
+		// verification and the creation time, as where pods are not
+		// validated at all.
+		Name:       GuardedCondition,
+		Expression: recordsValidatedCEL("object") + " || oldObject != null && " + recordsValidatedCEL("oldObject"),
+	}, {
 		// An update is sent only if it changes the record or the spec: a
 		// kubelet's status writes, the Job controller's finalizers, the
 		// garbage collector's owner references and label changes go on
@@ -228,6 +238,21 @@ func Validating(
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks:   []admissionv1.ValidatingWebhook{sidecars, pods},
 	}
+}
+
+// GuardedCondition names the pods' validating webhook's matchCondition
+// that sends it only pods with a record that guards something.
+const GuardedCondition = "carries-a-guarded-record"
+
+// recordsValidatedCEL is CEL for whether the apiserver sends the pod at obj
+// to /validate-pods for its records: its record annotation holds a guarded
+// record, or no record says it is unguarded (records from before the
+// field). It reads text, not records, so a record dressed otherwise (a
+// member name in capitals, a space before its value) is judged as the text
+// reads.
+func recordsValidatedCEL(obj string) string {
+	status := fmt.Sprintf("%s.metadata.?annotations[?'%s'].orValue('')", obj, v1alpha1.AnnotationStatus)
+	return fmt.Sprintf("(%[1]s.contains('%[2]s') || !%[1]s.contains('%[3]s'))", status, v1alpha1.RecordGuarded, v1alpha1.RecordUnguarded)
 }
 
 // PodValidationNamespaces selects the namespaces where pods are validated:

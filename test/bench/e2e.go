@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
@@ -151,7 +153,16 @@ func runE2E(args []string) error {
 	unsent := mutatingFor("unsent", injectAddr)
 	unsent.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{
 		{Name: webhookconfig.PodsCondition, Expression: webhookconfig.PodsExpression(scs)}}
-	installedMutating, installedValidating := installed(scs, injectAddr, caPEM)
+	installedMutating, installedValidating := installed("installed", scs, injectAddr, caPEM)
+	// The same Sidecars granting nothing: their records are unguarded, so
+	// the installed validating webhook is not called for their pods.
+	inertDir := filepath.Join(dir, "inert")
+	inertSidecars, err := writeInert(scs, inertDir)
+	if err != nil {
+		return err
+	}
+	inertAddr := freeAddr()
+	inertMutating, inertValidating := installed("inert", inertSidecars, inertAddr, caPEM)
 	configs := []*e2eConfig{
 		{name: "none", pod: template, leaves: shapePlain},
 		{name: "null", pod: template, leaves: shapePlain, addr: freeAddr()},
@@ -162,6 +173,7 @@ func runE2E(args []string) error {
 		{name: "inject", pod: template, leaves: shapeInjected, addr: injectAddr},
 		{name: "ifneeded", pod: template, leaves: shapeInjected, addr: injectAddr, mutating: ifNeeded},
 		{name: "installed", pod: template, leaves: shapeInjected, addr: injectAddr, mutating: installedMutating, validating: installedValidating},
+		{name: "inert", pod: template, leaves: shapeInjected, addr: inertAddr, mutating: inertMutating, validating: inertValidating},
 		{name: "presized", pod: presized, leaves: shapeInjected},
 		{name: "sent", pod: unselected, leaves: shapePlain, addr: injectAddr},
 		{name: "unsent", pod: unselected, leaves: shapePlain, addr: injectAddr, mutating: unsent},
@@ -184,13 +196,15 @@ func runE2E(args []string) error {
 		servers = append(servers, cmd)
 		return nil
 	}
-	if err := start(exec.CommandContext(ctx, *binary, "serve", "--sidecars", *sidecars, "--addr", injectAddr,
-		"--tls-cert-file", certFile, "--tls-private-key-file", keyFile, "--zap-log-level", "error")); err != nil {
-		return err
+	for _, served := range [][2]string{{*sidecars, injectAddr}, {inertDir, inertAddr}} {
+		if err := start(exec.CommandContext(ctx, *binary, "serve", "--sidecars", served[0], "--addr", served[1],
+			"--tls-cert-file", certFile, "--tls-private-key-file", keyFile, "--zap-log-level", "error")); err != nil {
+			return err
+		}
 	}
 	var nullServers []string // whose calls are counted
 	for _, c := range configs {
-		if c.addr == "" || c.addr == injectAddr {
+		if c.addr == "" || c.addr == injectAddr || c.addr == inertAddr {
 			continue
 		}
 		args := []string{"null", "-addr", c.addr, "-cert", certFile, "-key", keyFile}
@@ -368,6 +382,9 @@ func runE2E(args []string) error {
 	diff("a pod no Sidecar selects, sent to the webhook", "sent", "none")
 	fmt.Printf("  a pod no Sidecar selects, not sent (matchCondition %s): %s (unsent - none)\n", webhookconfig.PodsCondition, round(p50["unsent"]-p50["none"]))
 	diff("an injected pod, the webhooks as installed", "installed", "none")
+	diff("the same pod, its Sidecars granting nothing (no validating call)", "inert", "none")
+	fmt.Printf("  an injected pod whose Sidecars grant nothing over one whose Sidecars grant: %.2f (inert - none) / (installed - none)\n",
+		float64(p50["inert"]-p50["none"])/float64(p50["installed"]-p50["none"]))
 	if _, ok := p50["kyverno"]; ok {
 		diff("Kyverno injecting the same sidecars", "kyverno", "none")
 		fmt.Printf("  ours over Kyverno's: %.2f (installed - none) / (kyverno - none)\n",
@@ -522,12 +539,11 @@ func benchSelector(config string) *metav1.LabelSelector {
 
 // installed returns the pod webhooks as the operator installs them for the
 // Sidecars (reinvocationPolicy IfNeeded, its matchConditions, the validating
-// webhook for pods with a record), sent only the pods of the namespace of
-// the configuration "installed", and renamed after it.
+// webhook for pods with a guarded record), sent only the pods of the
+// namespace of the configuration name, and renamed after it.
 func installed(
-	scs []v1alpha1.Sidecar, addr string, caPEM []byte,
+	name string, scs []v1alpha1.Sidecar, addr string, caPEM []byte,
 ) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration) {
-	const name = "installed"
 	target := webhookconfig.Target{URL: "https://" + addr}
 	mutating := webhookconfig.Mutating("bench-"+name, target, caPEM, admissionregistrationv1.Fail, webhookconfig.ScopeOf(scs, nil))
 	mutating.Labels = map[string]string{e2eLabel: name}
@@ -541,6 +557,29 @@ func installed(
 	validating.Webhooks[0].Name = name + "-validating.bench.sidecar-operator.io"
 	validating.Webhooks[0].NamespaceSelector = benchSelector(name)
 	return mutating, validating
+}
+
+// writeInert writes the Sidecars into dir without their grants and
+// mandatory flag, one file each, and returns them.
+func writeInert(scs []v1alpha1.Sidecar, dir string) ([]v1alpha1.Sidecar, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	inert := make([]v1alpha1.Sidecar, len(scs))
+	for i := range scs {
+		sc := scs[i].DeepCopy()
+		sc.APIVersion, sc.Kind = v1alpha1.GroupVersion.String(), "Sidecar"
+		sc.Spec.RBAC, sc.Spec.ImagePullSecret, sc.Spec.Mandatory = nil, nil, false
+		raw, err := yaml.Marshal(sc)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, sc.Name+".yaml"), raw, 0o600); err != nil {
+			return nil, err
+		}
+		inert[i] = *sc
+	}
+	return inert, nil
 }
 
 // injectInto returns the pod as the engine injects it in namespace, and the

@@ -26,7 +26,7 @@ import (
 // Event says why; the pods are bare, so no restart replaces them, and an
 // Event on each says so. A tenant who may update pods cannot take the in-place
 // path: neither an image change nor an upgraded record copied from another
-// pod is admitted.
+// pod is admitted (the Sidecars grant, so their pods are validated).
 func TestUpgradeInPlace(t *testing.T) {
 	ctx := context.Background()
 	ns, tenantClient := tenant(t, nil)
@@ -39,6 +39,7 @@ func TestUpgradeInPlace(t *testing.T) {
 		}
 		sc := loggerSidecar(name, map[string]string{name: "on"})
 		sc.Spec.NativeSidecar = native
+		sc.Spec.RBAC = &v1alpha1.SidecarRBAC{Rules: execRules}
 		sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate, MaxUnavailable: new(intstr.FromString("100%"))}
 		applySidecar(t, sc)
 		sidecars = append(sidecars, sc)
