@@ -26,10 +26,16 @@ CHART_VALUES = --set replicas=3,image.repository=registry.example.com/so,image.t
 	--set networkPolicy.adminFromNamespaceLabel=kubernetes.io/metadata.name=monitoring,resources.limits.memory=1Gi \
 	--set networkPolicy.webhookFrom[0].ipBlock.cidr=172.16.0.0/28 --set-file clientCA=test/testdata/client-ca.crt
 export KUBE_VERSION ETCD_VERSION
+# The version and commit every binary prints (sidecar-operator version): the
+# tag (v0.1.0), what git describe says of a later commit, or the short commit.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS = -X github.com/sidecar-operator/sidecar-operator/internal/version.version=$(VERSION) \
+	-X github.com/sidecar-operator/sidecar-operator/internal/version.commit=$(COMMIT)
 
 .PHONY: build
-build: ## Build bin/sidecar-operator.
-	go build -o bin/sidecar-operator ./cmd/sidecar-operator
+build: ## Build bin/sidecar-operator, stamped with VERSION and COMMIT.
+	go build -ldflags "$(LDFLAGS)" -o bin/sidecar-operator ./cmd/sidecar-operator
 
 # The index digest is the last line printed, and bin/image/sidecar-operator.digest.
 .PHONY: image

@@ -108,18 +108,23 @@ func build(o options) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, err
 	}
+	release, err := describe(o.src, rev)
+	if err != nil {
+		return v1.Hash{}, err
+	}
 	work, err := os.MkdirTemp("", "image")
 	if err != nil {
 		return v1.Hash{}, err
 	}
 	defer func() { _ = os.RemoveAll(work) }()
-	labels := map[string]string{"org.opencontainers.image.source": source, "org.opencontainers.image.revision": rev}
+	labels := map[string]string{"org.opencontainers.image.source": source, "org.opencontainers.image.revision": rev,
+		"org.opencontainers.image.version": release}
 
 	var adds []mutate.IndexAddendum
 	var bins []string
 	for _, p := range o.platforms {
 		bin := filepath.Join(work, strings.ReplaceAll(p.String(), "/", "-"), binName)
-		if err := compile(o.src, p, bin); err != nil {
+		if err := compile(o.src, p, bin, stamp(release, rev)); err != nil {
 			return v1.Hash{}, fmt.Errorf("%s: %w", p, err)
 		}
 		img, err := imageOf(bin, p, epoch, labels)
@@ -201,7 +206,32 @@ func revision(src string) (string, time.Time, error) {
 	return rev, time.Unix(secs, 0).UTC(), nil
 }
 
-func compile(src string, p v1.Platform, bin string) error {
+// versionPackage holds the version and commit the binary prints.
+const versionPackage = "github.com/sidecar-operator/sidecar-operator/internal/version"
+
+// stamp is the -ldflags of a build of the release version at commit rev,
+// as the Makefile stamps bin/sidecar-operator.
+func stamp(release, rev string) string {
+	return "-s -w -X " + versionPackage + ".version=" + release + " -X " + versionPackage + ".commit=" + rev
+}
+
+// describe is the version of the checkout at rev: its tag (v0.1.0), what git
+// describe says of a commit after one (v0.1.0-3-g0123456), or the short
+// commit when no tag is reachable; "-dirty" with local changes to tracked
+// files, as rev says.
+func describe(src, rev string) (string, error) {
+	out, err := exec.Command("git", "-C", src, "describe", "--tags", "--match", "v[0-9]*", "--always", "HEAD").Output()
+	if err != nil {
+		return "", fmt.Errorf("git describe in %s: %w", src, err)
+	}
+	v := strings.TrimSpace(string(out))
+	if strings.HasSuffix(rev, "-dirty") {
+		v += "-dirty"
+	}
+	return v, nil
+}
+
+func compile(src string, p v1.Platform, bin, ldflags string) error {
 	env := []string{"CGO_ENABLED=0", "GOOS=" + p.OS, "GOARCH=" + p.Architecture}
 	switch {
 	case p.Variant == "":
@@ -212,7 +242,7 @@ func compile(src string, p v1.Platform, bin string) error {
 	default:
 		return fmt.Errorf("variant %q: only arm's and amd64's are known", p.Variant)
 	}
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", bin, pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags="+ldflags, "-o", bin, pkg)
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -234,7 +264,7 @@ func imageOf(bin string, p v1.Platform, epoch time.Time, labels map[string]strin
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, History: v1.History{
 		Created:   v1.Time{Time: epoch},
-		CreatedBy: "hack/image: go build -trimpath -buildvcs=false -ldflags=-s -w " + pkg,
+		CreatedBy: "hack/image: go build -trimpath -buildvcs=false -ldflags='-s -w -X " + versionPackage + ".version=... .commit=...' " + pkg,
 	}})
 	if err != nil {
 		return nil, err

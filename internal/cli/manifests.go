@@ -10,8 +10,6 @@ import (
 	"maps"
 	"os"
 	"path"
-	"regexp"
-	"runtime/debug"
 	"slices"
 	"strings"
 
@@ -29,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/config"
+	"github.com/sidecar-operator/sidecar-operator/internal/version"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
@@ -45,21 +44,8 @@ const (
 // configNamespace is the namespace the config tree is written for.
 const configNamespace = "sidecar-operator-system"
 
-// binaryVersion is this binary's version as the go command stamped it: the tag of
-// the commit it was built from (go build in a clone, go install ...@v1.2.3), a
-// pseudo-version for an untagged commit, "+dirty" with local changes, or
-// "(devel)" when nothing was stamped (go run, go test, -buildvcs=false).
-var binaryVersion = func() string {
-	if info, ok := debug.ReadBuildInfo(); ok {
-		return info.Main.Version
-	}
-	return ""
-}()
-
-var (
-	releaseTag    = regexp.MustCompile(`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`)
-	pseudoVersion = regexp.MustCompile(`\d{14}-[0-9a-f]{12}$`)
-)
+// binaryVersion is this binary's identity; a variable, for tests.
+var binaryVersion = version.Get()
 
 // ManifestOptions are `sidecar-operator manifests`' flags.
 type ManifestOptions struct {
@@ -124,13 +110,13 @@ func newManifestsCommand() *cobra.Command {
 	return cmd
 }
 
-// releaseImage is the image published for the release version; there is
+// releaseImage is the image published for the binary's release; there is
 // none for a development build.
-func releaseImage(version string) (string, error) {
-	if !releaseTag.MatchString(version) || pseudoVersion.MatchString(version) {
-		return "", fmt.Errorf("this binary is a development build (version %q) with no published image: pass --image", version)
+func releaseImage(info version.Info) (string, error) {
+	if !info.Release() {
+		return "", fmt.Errorf("this binary is a development build (version %q) with no published image: pass --image", info.Version)
 	}
-	return ImageRepository + ":" + version, nil
+	return ImageRepository + ":" + info.Version, nil
 }
 
 // splitImage splits an image reference into its name and its tag (or

@@ -162,9 +162,12 @@ func TestManifestsImageIsTheBinarysRelease(t *testing.T) {
 		{version: "v0.0.0-20260101120000-0123456789ab", wantErr: "pass --image"},
 		{version: "v1.4.1-0.20260101120000-0123456789ab", wantErr: "pass --image"},
 		{version: "v1.4.0+dirty", wantErr: "pass --image"},
+		// What git describe, which the Makefile stamps, says of a commit after a tag, or of local changes.
+		{version: "v1.4.0-3-g0123456", wantErr: "pass --image"},
+		{version: "v1.4.0-dirty", wantErr: "pass --image"},
 	} {
 		t.Run(tc.version+" "+tc.image, func(t *testing.T) {
-			binaryVersion = tc.version
+			binaryVersion.Version = tc.version
 			args := []string{"manifests"}
 			if tc.image != "" {
 				args = append(args, "--image", tc.image)

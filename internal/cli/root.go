@@ -7,6 +7,8 @@ import (
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/sidecar-operator/sidecar-operator/internal/version"
 )
 
 // NewRootCommand returns the sidecar-operator command with its subcommands.
@@ -14,6 +16,7 @@ func NewRootCommand() *cobra.Command {
 	zapOpts := zap.Options{}
 	root := &cobra.Command{
 		Use:           "sidecar-operator",
+		Version:       version.Get().String(),
 		Short:         "Inject sidecars into pods declaratively, with the RBAC they need",
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -30,6 +33,7 @@ func NewRootCommand() *cobra.Command {
 	zapOpts.BindFlags(goFlags)
 	root.PersistentFlags().AddGoFlagSet(goFlags)
 	root.AddCommand(newRunCommand(), newServeCommand(), newInjectCommand(), newCertsCommand(), newManifestsCommand(),
-		newVerifyCommand(), newExplainCommand(), newStatusCommand(), newRolloutCommand(), newDashboardCommand())
+		newVerifyCommand(), newExplainCommand(), newStatusCommand(), newRolloutCommand(), newDashboardCommand(), newVersionCommand())
+	root.SetVersionTemplate("{{.Version}}\n")
 	return root
 }
