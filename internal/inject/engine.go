@@ -956,6 +956,14 @@ func (s *recordSyntax) appendValue(buf []byte, v string) []byte {
 	return append(buf, s.quote...)
 }
 
+// FormatStatus is the status annotation's value for records, as the
+// webhook writes it. The apiserver's checks (the mandatory policy, the pods'
+// validating matchCondition) read its text, so /validate-pods holds a new
+// pod's annotation to it.
+func FormatStatus(records []v1alpha1.InjectionRecord) string {
+	return string(appendStatus(nil, records, &jsonSyntax))
+}
+
 // appendStatus writes the status annotation's value for records.
 func appendStatus(buf []byte, records []v1alpha1.InjectionRecord, syn *recordSyntax) []byte {
 	buf = append(buf, syn.open...)

@@ -81,7 +81,7 @@ func (e *Engine) Upgrade(pod *corev1.Pod, sidecar, revision string, ring *signin
 		signing.Container(out, name).Image = r.Images[i]
 	}
 	status.Sidecars[at] = rec
-	out.Annotations[v1alpha1.AnnotationStatus] = string(appendStatus(nil, status.Sidecars, &jsonSyntax))
+	out.Annotations[v1alpha1.AnnotationStatus] = FormatStatus(status.Sidecars)
 	if err := ring.Verify(out, target.uid, target.exact, &rec); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotInPlace, err)
 	}

@@ -70,3 +70,39 @@ func TestAttackImagesChangedIsLinear(t *testing.T) {
 		t.Error("the last container's image changed, unnoticed")
 	}
 }
+
+// TestRecordTextAsTheWebhookWritesIt: the mandatory policy and the pods'
+// validating matchCondition read the record annotation's text, not its
+// records, so a new pod's annotation must be the webhook's writing of the
+// records it holds: a member no record has, other spacing or capitals in a
+// name are refused, naming the annotation; the webhook's own text is not.
+func TestRecordTextAsTheWebhookWritesIt(t *testing.T) {
+	engine, err := inject.New([]v1alpha1.Sidecar{sidecar("log", "fluentd")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := inject.FormatStatus([]v1alpha1.InjectionRecord{{Name: "log", Guarded: new(false), Revision: "1", Containers: []string{"fluentd"}}})
+	for _, tc := range []struct {
+		status  string
+		refused bool
+	}{
+		{written, false},
+		{`{"sidecars":[]}`, false},
+		{`{"x":{"name":"agent"},"sidecars":[]}`, true},
+		{strings.Replace(written, `"guarded":false`, `"Guarded":false`, 1), true},
+		{strings.Replace(written, `"guarded":false`, `"guarded" : false`, 1), true},
+		{" " + written, true},
+		{strings.Replace(written, `"containers":["fluentd"]`, `"containers":null`, 1), true},
+	} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Annotations: map[string]string{v1alpha1.AnnotationStatus: tc.status}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "fluentd"}}}}
+		errs, _ := Pod(p, nil, engine, nil, false, nil)
+		said := ""
+		if agg := errs.ToAggregate(); agg != nil {
+			said = agg.Error()
+		}
+		if got := strings.Contains(said, "not written as the webhook writes injection records"); got != tc.refused {
+			t.Errorf("status %s: refused for its text %v, want %v: %v", tc.status, got, tc.refused, errs)
+		}
+	}
+}

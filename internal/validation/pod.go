@@ -55,6 +55,14 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring, upgrad
 		}
 		return podUpdate(pod, old, engine), nil
 	}
+	if raw, ok := pod.Annotations[v1alpha1.AnnotationStatus]; ok && raw != inject.FormatStatus(records) {
+		// The mandatory policy finds a Sidecar's name in the text, and the
+		// matchConditions its guarded field: text the records do not read
+		// as (a member no record has, other spacing or capitals) would
+		// mislead them once the pod's labels change, which is not sent here.
+		errs = append(errs, field.Invalid(statusPath, abbreviate(raw), fmt.Sprintf(
+			"not written as the webhook writes injection records (%s): the apiserver's own checks read this text", abbreviate(inject.FormatStatus(records)))))
+	}
 	seen := map[string]bool{}
 	for i := range records {
 		r := &records[i]

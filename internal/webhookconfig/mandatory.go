@@ -47,10 +47,12 @@ func MandatoryPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, 
 			ParamKind:     &admissionv1.ParamKind{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Sidecar"},
 			MatchConstraints: &admissionv1.MatchResources{
 				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
-					// UPDATE: labels that bring a pod into the selector without the Sidecar.
+					// UPDATE: labels that bring a pod into the selector without the
+					// Sidecar, through any way to write them (pods/status keeps
+					// label changes).
 					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 					Rule: admissionv1.Rule{
-						APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{podsResource},
+						APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{podsResource, "pods/status", "pods/ephemeralcontainers"},
 						Scope: ptr.To(admissionv1.NamespacedScope),
 					},
 				}}},
