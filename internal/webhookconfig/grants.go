@@ -71,7 +71,7 @@ func GrantPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, *adm
 					// Upgrades in place and dry-run pods: RBAC lets it create and update any pod.
 					{RuleWithOperations: admissionv1.RuleWithOperations{Operations: write[:2], Rule: admissionv1.Rule{
 						APIGroups: []string{""}, APIVersions: []string{"*"},
-						Resources: []string{podsResource, "pods/status", "pods/ephemeralcontainers"}, Scope: ptr.To(admissionv1.NamespacedScope),
+						Resources: podWrites(), Scope: ptr.To(admissionv1.NamespacedScope),
 					}}},
 					// It patches Sidecars for their finalizer; RBAC cannot narrow
 					// that to finalizers.

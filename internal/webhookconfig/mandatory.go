@@ -52,7 +52,7 @@ func MandatoryPolicy(namespace string) (*admissionv1.ValidatingAdmissionPolicy, 
 					// label changes).
 					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 					Rule: admissionv1.Rule{
-						APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{podsResource, "pods/status", "pods/ephemeralcontainers"},
+						APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: podWrites(),
 						Scope: ptr.To(admissionv1.NamespacedScope),
 					},
 				}}},

@@ -94,6 +94,10 @@ const sidecarsResource = "sidecars"
 // podsResource is the resource the webhooks and the grant policy match pods by.
 const podsResource = "pods"
 
+// podWrites are the resources of every way to write a pod's metadata or
+// containers, which each rule on pods matches.
+func podWrites() []string { return []string{podsResource, "pods/status", "pods/ephemeralcontainers"} }
+
 // Mutating is the desired configuration for pod injection, sent the pods of
 // the namespaces in scope but the excluded ones.
 func Mutating(
@@ -202,7 +206,7 @@ func Validating(
 		Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 		Rule: admissionv1.Rule{
 			APIGroups: []string{""}, APIVersions: []string{"v1"},
-			Resources: []string{podsResource, "pods/status", "pods/ephemeralcontainers"}, Scope: ptr.To(admissionv1.NamespacedScope),
+			Resources: podWrites(), Scope: ptr.To(admissionv1.NamespacedScope),
 		},
 	}}
 	pods.MatchConditions = []admissionv1.MatchCondition{{

@@ -97,7 +97,7 @@ func TestMandatoryAttackLabelThroughPodsStatus(t *testing.T) {
 
 // containerNamesOf names the pod's init containers and containers.
 func containerNamesOf(pod *corev1.Pod) []string {
-	var out []string
+	out := make([]string, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
 	for _, c := range pod.Spec.InitContainers {
 		out = append(out, c.Name)
 	}
