@@ -25,8 +25,8 @@ func newCertsCommand() *cobra.Command {
 certificate signed by it for <svc>, <svc>.<ns>, <svc>.<ns>.svc and
 <svc>.<ns>.svc.cluster.local, valid from a few minutes ago against clock skew.
 Prints the base64 caBundle for the webhook configurations. Existing files are
-kept unless --force is given. This replaces the openssl steps of seed 001; run
-without it, the operator manages and rotates its certificates itself.`,
+kept unless --force is given. This replaces hand-made openssl certificates;
+run without it, the operator manages and rotates its certificates itself.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			files := map[string][]byte{}

@@ -170,7 +170,7 @@ func (s *Server) NeedLeaderElection() bool { return false }
 
 // RequireClientCertificates makes the server accept only clients with a
 // certificate signed by a CA in caFile, such as the apiserver configured with
-// an AdmissionConfiguration kubeconfig (seed 002, section 3.2).
+// an AdmissionConfiguration kubeconfig.
 func RequireClientCertificates(cfg *tls.Config, caFile string) error {
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
