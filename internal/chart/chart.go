@@ -231,11 +231,10 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 		return nil, fmt.Errorf("the install sets a resource policy of its own")
 	}
 	defaults := struct {
-		Replicas, ControllerReplicas                              any
-		Resources, ControllerResources, Repository, FailurePolicy string
+		Webhook, Controller       deployed
+		Repository, FailurePolicy string
 	}{
-		Replicas: webhookValues.replicas, ControllerReplicas: controllerValues.replicas,
-		Resources: webhookValues.resources, ControllerResources: controllerValues.resources,
+		Webhook: webhookValues, Controller: controllerValues,
 		Repository: cli.ImageRepository, FailurePolicy: string(webhookconfig.DefaultFailurePolicy),
 	}
 	// helm uninstall leaves the CRD, and so every Sidecar; upgrades update it.
@@ -268,11 +267,11 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 	return out.Bytes(), err
 }
 
-// deployed are the chart's defaults for a Deployment: its replicas and
-// resources.
+// deployed are the chart's defaults for a Deployment: its replicas, and
+// what of its pod the values take from the default rendering, as YAML.
 type deployed struct {
-	replicas  any
-	resources string
+	Replicas                                                any
+	Resources, PriorityClassName, TopologySpread, Container string
 }
 
 // deploymentValues templates the Deployment name and what goes with it, its
@@ -299,17 +298,106 @@ func deploymentValues(tree map[string]*node, name, prefix string) (deployed, err
 	if manager.fields["imagePullPolicy"] != nil {
 		return deployed{}, fmt.Errorf("the Deployment %s sets imagePullPolicy of its own", name)
 	}
-	d := deployed{replicas: replicas.value}
-	if d.resources, err = indentedYAML(resources, strings.Repeat("  ", strings.Count(prefix, "."))); err != nil {
+	d := deployed{Replicas: replicas.value}
+	indent := strings.Repeat("  ", strings.Count(prefix, "."))
+	if d.Resources, err = indentedYAML(resources, indent); err != nil {
 		return deployed{}, err
 	}
 	replicas.expr = prefix + ".replicas"
 	resources.block = prefix + ".resources"
 	manager.fields["imagePullPolicy"] = &node{guards: []string{".Values.image.pullPolicy"}, expr: ".Values.image.pullPolicy"}
+	if err := podValues(deployment, manager, prefix, indent, &d); err != nil {
+		return deployed{}, fmt.Errorf("the Deployment %s: %w", name, err)
+	}
 	policy.guards = []string{".Values.networkPolicy.enabled"}
 	// One replica's budget of minAvailable 1 would block every drain of its node.
 	budget.guards = []string{"gt (int " + prefix + ".replicas) 1"}
 	return d, nil
+}
+
+// podValues templates what every chart lets a platform team set of a
+// Deployment's pods, from the values under prefix: where they run
+// (nodeSelector, tolerations, affinity, topologySpreadConstraints,
+// priorityClassName), what they carry (podAnnotations, podLabels) and how
+// they run (podSecurityContext, the container's securityContext, extraArgs,
+// extraEnv); and, for both Deployments alike, imagePullSecrets and the
+// image by digest. A field the install renders takes its rendering as the
+// value's default; one it leaves out renders only when set.
+func podValues(deployment, manager *node, prefix, indent string, d *deployed) error {
+	meta, err := deployment.at("spec", "template", "metadata")
+	if err != nil {
+		return err
+	}
+	spec, err := deployment.at("spec", "template", "spec")
+	if err != nil {
+		return err
+	}
+	labels, err := meta.at("labels")
+	if err != nil {
+		return err
+	}
+	// Added to the selector's labels, which stay.
+	labels.extra = prefix + ".podLabels"
+	added := map[*node]map[string]string{
+		meta: {"annotations": prefix + ".podAnnotations"},
+		spec: {"nodeSelector": prefix + ".nodeSelector", "tolerations": prefix + ".tolerations", "affinity": prefix + ".affinity",
+			"securityContext": prefix + ".podSecurityContext", "imagePullSecrets": ".Values.imagePullSecrets"},
+	}
+	for parent, fields := range added {
+		for _, field := range slices.Sorted(maps.Keys(fields)) {
+			if parent.fields[field] != nil {
+				return fmt.Errorf("it sets %s of its own", field)
+			}
+			parent.fields[field] = &node{guards: []string{fields[field]}, block: fields[field]}
+		}
+	}
+	for _, list := range []struct{ field, value string }{{"args", ".extraArgs"}, {"env", ".extraEnv"}} {
+		n, err := manager.at(list.field)
+		if err != nil {
+			return err
+		}
+		n.extra = prefix + list.value
+	}
+	// The webhook's pods are system-cluster-critical; the controllers',
+	// which no pod waits for, have none unless set.
+	d.PriorityClassName = `""`
+	if priority := spec.fields["priorityClassName"]; priority != nil {
+		name, ok := priority.value.(string)
+		if !ok {
+			return fmt.Errorf("priorityClassName is %v, not a name", priority.value)
+		}
+		d.PriorityClassName, priority.guards, priority.expr = name, []string{prefix + ".priorityClassName"}, prefix+".priorityClassName | quote"
+	} else {
+		spec.fields["priorityClassName"] = &node{guards: []string{prefix + ".priorityClassName"}, expr: prefix + ".priorityClassName | quote"}
+	}
+	spread, err := spec.at("topologySpreadConstraints")
+	if err != nil {
+		return err
+	}
+	if d.TopologySpread, err = indentedYAML(spread, indent); err != nil {
+		return err
+	}
+	spread.block = prefix + ".topologySpreadConstraints"
+	container, err := manager.at("securityContext")
+	if err != nil {
+		return err
+	}
+	if d.Container, err = indentedYAML(container, indent); err != nil {
+		return err
+	}
+	container.block = prefix + ".securityContext"
+	image, err := manager.at("image")
+	if err != nil {
+		return err
+	}
+	if image.value != repositoryPlaceholder+":"+tagPlaceholder {
+		return fmt.Errorf("its image is %v, not the release's", image.value)
+	}
+	// The scalar's expression closes and reopens actions: a digest, when
+	// set, instead of the tag.
+	image.expr = ".Values.image.repository }}{{ if .Values.image.digest }}@{{ .Values.image.digest }}" +
+		"{{ else }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ end"
+	return nil
 }
 
 // indentedYAML is the value of a node from the default rendering, as YAML,

@@ -34,6 +34,9 @@ type node struct {
 	// block is a template expression whose value is rendered as YAML in the
 	// node's place.
 	block string
+	// extra is a template expression whose value, a mapping's entries or a
+	// list's items, is rendered as YAML after the node's own.
+	extra string
 }
 
 // build is v, decoded from YAML, as a node; guards are those of every part.
@@ -356,6 +359,16 @@ func (e *emitter) entries(n *node, indent int, lead string) {
 		}
 	}
 	g.close()
+	e.extra(n, indent)
+}
+
+// extra writes what n.extra holds after n's own entries or items.
+func (e *emitter) extra(n *node, indent int) {
+	if n.extra != "" {
+		e.line(indent, "{{- with "+n.extra+" }}")
+		e.line(indent, fmt.Sprintf("{{- toYaml . | nindent %d }}", indent))
+		e.line(indent, "{{- end }}")
+	}
 }
 
 // items writes a list's items, "- " at indent.
@@ -374,6 +387,7 @@ func (e *emitter) items(n *node, indent int) {
 		}
 	}
 	g.close()
+	e.extra(n, indent)
 }
 
 // inline is a scalar, an expression, or an empty mapping or list.

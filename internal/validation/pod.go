@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -53,7 +54,7 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring, upgrad
 			return field.ErrorList{field.Forbidden(field.NewPath("spec", "containers"),
 				"the operator's controllers change a pod's images only to move its records in place")}, nil
 		}
-		return podUpdate(pod, old, engine), nil
+		return append(podUpdate(pod, old, engine), labelledUnder(pod, records, engine, ring, mandatory)...), nil
 	}
 	if raw, ok := pod.Annotations[v1alpha1.AnnotationStatus]; ok && raw != inject.FormatStatus(records) {
 		// The mandatory policy finds a Sidecar's name in the text, and the
@@ -171,6 +172,32 @@ func ephemeralTargets(pod, old *corev1.Pod, injected map[string]string) field.Er
 		if sidecar, ok := injected[c.TargetContainerName]; ok && !existed[c.Name] {
 			errs = append(errs, field.Forbidden(field.NewPath("spec", "ephemeralContainers").Index(i).Child("targetContainerName"),
 				fmt.Sprintf("container %q was injected by sidecar %q; an ephemeral container may not share its process namespace", c.TargetContainerName, sidecar)))
+		}
+	}
+	return errs
+}
+
+// labelledUnder judges an update whose labels bring the pod under the
+// mandatory Sidecars named: each needs a record that verifies in full, as
+// at creation. A record that held no guarantee when the pod was created
+// (its Sidecar did not select it, or was not mandatory) was judged then
+// only as one that grants, which a copy of another pod's passes without
+// the containers it names.
+func labelledUnder(pod *corev1.Pod, records []v1alpha1.InjectionRecord, engine *inject.Engine, ring *signing.Ring,
+	mandatory []string) field.ErrorList {
+	var errs field.ErrorList
+	for _, name := range mandatory {
+		i := slices.IndexFunc(records, func(r v1alpha1.InjectionRecord) bool { return r.Name == name })
+		var err error
+		switch {
+		case i < 0:
+			err = errors.New("the pod carries no injection record of it")
+		case ring != nil:
+			err = engine.Verify(ring, pod, &records[i])
+		}
+		if err != nil {
+			errs = append(errs, field.Forbidden(field.NewPath("metadata", "labels"), fmt.Sprintf(
+				"sidecar %q is mandatory for pods with these labels, and this pod's record of it does not hold: %v", name, err)))
 		}
 	}
 	return errs

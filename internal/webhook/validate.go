@@ -3,8 +3,10 @@ package webhook
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -402,9 +404,20 @@ func (v *Validator) validatePods(w http.ResponseWriter, _ *http.Request, in *[]b
 		oldPod = &old
 	}
 	upgrader := v.Upgrader != "" && rv.Request.Username == v.Upgrader
+	// The mandatory Sidecars that select the pod, and on UPDATE only those
+	// its new labels bring it under: the policy finds their names in the
+	// record's text, and only here is the record judged.
 	var mandatory []string
-	if oldPod == nil {
+	switch {
+	case oldPod == nil:
 		mandatory = engine.Mandatory(&pod, v.NamespaceLabels)
+	case !maps.Equal(pod.Labels, oldPod.Labels):
+		before := engine.Mandatory(oldPod, v.NamespaceLabels)
+		for _, name := range engine.Mandatory(&pod, v.NamespaceLabels) {
+			if !slices.Contains(before, name) {
+				mandatory = append(mandatory, name)
+			}
+		}
 	}
 	errs, warnings := validation.Pod(&pod, oldPod, engine, ring, upgrader, mandatory)
 	if len(errs) > 0 {

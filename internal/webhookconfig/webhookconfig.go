@@ -224,17 +224,19 @@ func Validating(
 		Name:       GuardedCondition,
 		Expression: recordsValidatedCEL("object") + " || oldObject != null && " + recordsValidatedCEL("oldObject"),
 	}, {
-		// An update is sent only if it changes the record or the spec: a
-		// kubelet's status writes, the Job controller's finalizers, the
-		// garbage collector's owner references and label changes go on
-		// with every replica down. On UPDATE the validator judges only the
+		// An update is sent only if it changes the record, the spec or the
+		// labels: a kubelet's status writes, the Job controller's
+		// finalizers and the garbage collector's owner references go on
+		// with every replica down. On UPDATE the validator judges the
 		// record (validation.Pod; internal/signing reads no other
-		// annotation) and the containers, which are in the spec. A status
-		// write cannot change the spec: the apiserver's pod status strategy
-		// (pkg/registry/core/pod/strategy.go, podStatusStrategy.PrepareForUpdate)
-		// sets it back to the stored one before validating admission runs.
-		Name: "update-changes-the-record-or-the-spec",
-		Expression: `request.operation != 'UPDATE' || object.spec != oldObject.spec || ` +
+		// annotation), the containers, which are in the spec, and labels
+		// that bring the pod under a mandatory Sidecar, whose record is
+		// judged only here. A status write cannot change the spec: the
+		// apiserver's pod status strategy (pkg/registry/core/pod/strategy.go,
+		// podStatusStrategy.PrepareForUpdate) sets it back to the stored
+		// one before validating admission runs.
+		Name: "update-changes-the-record-the-spec-or-the-labels",
+		Expression: `request.operation != 'UPDATE' || object.spec != oldObject.spec || object.metadata.?labels != oldObject.metadata.?labels || ` +
 			`object.metadata.?annotations[?'` + v1alpha1.AnnotationStatus + `'] != oldObject.metadata.?annotations[?'` + v1alpha1.AnnotationStatus + `']`,
 	}}
 	pods.NamespaceSelector = PodValidationNamespaces(excludeNamespaces...)

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -105,4 +106,132 @@ func containerNamesOf(pod *corev1.Pod) []string {
 		out = append(out, c.Name)
 	}
 	return out
+}
+
+// storedPod reads the pod as stored.
+func storedPod(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	var stored corev1.Pod
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), &stored); err != nil {
+		t.Fatal(err)
+	}
+	return &stored
+}
+
+// containerImages lists the pod's containers as name=image.
+func containerImages(pod *corev1.Pod) []string {
+	out := make([]string, 0, len(pod.Spec.Containers))
+	for _, c := range pod.Spec.Containers {
+		out = append(out, c.Name+"="+c.Image)
+	}
+	return out
+}
+
+// TestMandatoryAttackCopiedRecordThenLabelled: the copied signed record
+// beside the tenant's own container of the Sidecar's name, which
+// TestMandatoryAttackCopiedRecordOwnContainer denies on a selected pod, is
+// created on a pod the Sidecar does not select (so a record that does not
+// verify is only a warning), then labelled into the selector through pods
+// (merge, JSON patch, server-side apply) and pods/status. A label update
+// was not sent to /validate-pods, and the policy finds the Sidecar's name
+// and "guarded":true in the text (helper-6's review).
+func TestMandatoryAttackCopiedRecordThenLabelled(t *testing.T) {
+	ctx := context.Background()
+	ns, tc := tenant(t, nil)
+	name := "mand-copy-" + rand.String(5)
+	applySidecar(t, mandatoryAgent(name, ns))
+	genuine := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns, Labels: map[string]string{name: "on"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := tc.Create(ctx, genuine); err != nil || !injectedWith(genuine, name) {
+		t.Fatalf("setup: %v, injected %v", err, injectedWith(genuine, name))
+	}
+	record := genuine.Annotations[v1alpha1.AnnotationStatus]
+	t.Logf("genuine record: %s", record)
+	for _, via := range []string{"pods-merge", "pods-status", "pods-json", "pods-apply"} {
+		copied := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns,
+				Annotations: map[string]string{v1alpha1.AnnotationStatus: record}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}, {Name: name, Image: "tenant/not-the-agent"}}},
+		}
+		if err := tc.Create(ctx, copied); err != nil {
+			t.Logf("%s: create (unselected, copied record, own %q container): denied: %v", via, name, err)
+			continue
+		}
+		t.Logf("%s: created %s/%s unselected with the copied record and containers %v", via, ns, copied.Name, containerImages(copied))
+		var err error
+		switch via {
+		case "pods-merge":
+			patch := client.MergeFrom(copied.DeepCopy())
+			copied.Labels = map[string]string{name: "on"}
+			err = tc.Patch(ctx, copied, patch)
+		case "pods-status":
+			patch := client.MergeFrom(copied.DeepCopy())
+			copied.Labels = map[string]string{name: "on"}
+			err = tc.Status().Patch(ctx, copied, patch)
+		case "pods-json":
+			err = tc.Patch(ctx, copied, client.RawPatch(types.JSONPatchType,
+				[]byte(`[{"op":"add","path":"/metadata/labels","value":{"`+name+`":"on"}}]`)))
+		case "pods-apply":
+			err = tc.Patch(ctx, copied, client.RawPatch(types.ApplyPatchType,
+				[]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"`+copied.Name+`","namespace":"`+ns+`","labels":{"`+name+`":"on"}}}`)),
+				client.FieldOwner("tenant"))
+		}
+		if err != nil {
+			t.Logf("%s: label update denied: %v", via, err)
+			continue
+		}
+		stored := storedPod(t, copied)
+		if stored.Labels[name] == "on" {
+			t.Errorf("HOLE (%s): pod %s/%s carries %v, which mandatory sidecar %s selects, with containers %v: the tenant's own image in the Sidecar's place",
+				via, ns, stored.Name, stored.Labels, name, containerImages(stored))
+		}
+	}
+}
+
+// TestMandatoryAttackUnguardedTextThenRelabelled: a pod created unselected
+// with a record annotation that reads unguarded (not sent to /validate-pods
+// at creation: no text check), then one update that rewrites the annotation
+// to spell the Sidecar's name, reading guarded, and labels it in.
+func TestMandatoryAttackUnguardedTextThenRelabelled(t *testing.T) {
+	ctx := context.Background()
+	ns, tc := tenant(t, nil)
+	name := "mand-junk-" + rand.String(5)
+	applySidecar(t, mandatoryAgent(name, ns))
+	for i, old := range []string{
+		`{"sidecars":[],"guarded":false}`,
+		`{"x":{"name":"` + name + `"},"guarded":false,"sidecars":[]}`,
+		`not json "guarded":false`,
+	} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns,
+				Annotations: map[string]string{v1alpha1.AnnotationStatus: old}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}, {Name: name, Image: "tenant/x"}}},
+		}
+		if err := tc.Create(ctx, pod); err != nil {
+			t.Logf("%d: create denied: %v", i, err)
+			continue
+		}
+		t.Logf("%d: created %s unselected with %s", i, pod.Name, old)
+		for _, status := range []bool{false, true} {
+			cur := storedPod(t, pod)
+			patch := client.MergeFrom(cur.DeepCopy())
+			cur.Labels = map[string]string{name: "on"}
+			cur.Annotations[v1alpha1.AnnotationStatus] = `{"x":{"name":"` + name + `"},"sidecars":[]}`
+			var err error
+			if status {
+				err = tc.Status().Patch(ctx, cur, patch)
+			} else {
+				err = tc.Patch(ctx, cur, patch)
+			}
+			if err != nil {
+				t.Logf("%d status=%v: denied: %.300v", i, status, err)
+				continue
+			}
+			if s := storedPod(t, pod); s.Labels[name] == "on" {
+				t.Errorf("HOLE %d status=%v: %s selected, annotation %s, containers %v", i, status, s.Name, s.Annotations[v1alpha1.AnnotationStatus], containerImages(s))
+			}
+		}
+	}
 }
