@@ -24,7 +24,12 @@ CHART = charts/sidecar-operator
 CHART_VALUES = --set replicas=3,image.repository=registry.example.com/so,image.tag=v1,image.pullPolicy=Always \
 	--set certMode=cert-manager,clientAuth=true,webhook.failurePolicy=Ignore \
 	--set networkPolicy.adminFromNamespaceLabel=kubernetes.io/metadata.name=monitoring,resources.limits.memory=1Gi \
-	--set networkPolicy.webhookFrom[0].ipBlock.cidr=172.16.0.0/28 --set-file clientCA=test/testdata/client-ca.crt
+	--set networkPolicy.webhookFrom[0].ipBlock.cidr=172.16.0.0/28 --set-file clientCA=test/testdata/client-ca.crt \
+	--set image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef,imagePullSecrets[0].name=regcred \
+	--set nodeSelector.pool=system,controller.nodeSelector.pool=system,priorityClassName=system-node-critical \
+	--set controller.priorityClassName=system-cluster-critical,podLabels.team=platform,controller.podAnnotations.team=platform \
+	--set tolerations[0].key=dedicated,tolerations[0].operator=Exists,extraArgs[0]=--zap-log-level=debug,controller.extraEnv[0].name=GOMEMLIMIT \
+	--set controller.extraEnv[0].value=400MiB,podSecurityContext.fsGroup=65532,securityContext.runAsUser=65532
 export KUBE_VERSION ETCD_VERSION
 # The version and commit every binary prints (sidecar-operator version): the
 # tag (v0.1.0), what git describe says of a later commit, or the short commit.

@@ -224,9 +224,64 @@ func TestChartOnlyValues(t *testing.T) {
 	)
 	apiserver := map[string]any{"ipBlock": map[string]any{"cidr": "172.16.0.0/28"}}
 	resources := map[string]any{"requests": map[string]any{"cpu": "1", "memory": "1Gi"}, "limits": map[string]any{"memory": "2Gi"}}
+	podSpecOf := func(objs objects, id string) map[string]any {
+		return objs[id]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	}
 	managerOf := func(objs objects, id string) map[string]any {
-		spec := objs[id]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-		return spec["containers"].([]any)[0].(map[string]any)
+		return podSpecOf(objs, id)["containers"].([]any)[0].(map[string]any)
+	}
+	podMetaOf := func(objs objects, id string) map[string]any {
+		return objs[id]["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)
+	}
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	type podValue struct {
+		name  string
+		value any
+		set   func(objects, string, any) // what the value does to a Deployment
+	}
+	podField := func(field string) func(objects, string, any) {
+		return func(objs objects, id string, v any) { podSpecOf(objs, id)[field] = v }
+	}
+	podValues := []podValue{
+		{"nodeSelector", map[string]any{"node-role.kubernetes.io/system": "true"}, podField("nodeSelector")},
+		{"tolerations", []any{map[string]any{"key": "system", "operator": "Exists", "effect": "NoSchedule"}}, podField("tolerations")},
+		{"affinity", map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+			"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "pool", "operator": "In", "values": []any{"system"}}}}}}}},
+			podField("affinity")},
+		{"topologySpreadConstraints", []any{map[string]any{"maxSkew": float64(2), "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+			"labelSelector": map[string]any{"matchLabels": map[string]any{"app": "x"}}}}, podField("topologySpreadConstraints")},
+		{"priorityClassName", "platform-critical", podField("priorityClassName")},
+		{"podSecurityContext", map[string]any{"fsGroup": float64(65532)}, podField("securityContext")},
+		{"podAnnotations", map[string]any{"example.com/team": "platform"}, func(objs objects, id string, v any) { podMetaOf(objs, id)["annotations"] = v }},
+		{"podLabels", map[string]any{"example.com/team": "platform"}, func(objs objects, id string, v any) {
+			podMetaOf(objs, id)["labels"].(map[string]any)["example.com/team"] = "platform"
+		}},
+		// Helm merges a mapping with its default: what is set is added to
+		// the hardened default (null drops a default field).
+		{"securityContext", map[string]any{"runAsUser": float64(65532)}, func(objs objects, id string, v any) {
+			managerOf(objs, id)["securityContext"].(map[string]any)["runAsUser"] = float64(65532)
+		}},
+		{"extraArgs", []any{"--kube-api-qps=50"}, func(objs objects, id string, v any) {
+			manager := managerOf(objs, id)
+			manager["args"] = append(manager["args"].([]any), v.([]any)...)
+		}},
+		{"extraEnv", []any{map[string]any{"name": "GOMEMLIMIT", "value": "400MiB"}}, func(objs objects, id string, v any) {
+			manager := managerOf(objs, id)
+			manager["env"] = append(manager["env"].([]any), v.([]any)...)
+		}},
+	}
+	for _, pv := range podValues {
+		for _, component := range []struct{ prefix, id string }{{"", deployment}, {"controller.", controller}} {
+			t.Run(component.prefix+pv.name, func(t *testing.T) {
+				values := map[string]any{pv.name: pv.value}
+				if component.prefix != "" {
+					values = map[string]any{"controller": values}
+				}
+				want := renderChart(t, c, "ops", nil)
+				pv.set(want, component.id, pv.value)
+				sameObjects(t, renderChart(t, c, "ops", values), want)
+			})
+		}
 	}
 	for _, tc := range []struct {
 		name   string
@@ -262,6 +317,16 @@ func TestChartOnlyValues(t *testing.T) {
 			ingress := objs[policy]["spec"].(map[string]any)["ingress"].([]any)
 			ingress[0].(map[string]any)["from"] = []any{apiserver}
 		}},
+		{"image.digest", map[string]any{"image": map[string]any{"digest": digest}}, func(objs objects) {
+			for _, id := range []string{deployment, controller} {
+				managerOf(objs, id)["image"] = cli.ImageRepository + "@" + digest
+			}
+		}},
+		{"imagePullSecrets", map[string]any{"imagePullSecrets": []any{map[string]any{"name": "regcred"}}}, func(objs objects) {
+			for _, id := range []string{deployment, controller} {
+				podSpecOf(objs, id)["imagePullSecrets"] = []any{map[string]any{"name": "regcred"}}
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := renderChart(t, c, "ops", nil)
@@ -287,6 +352,11 @@ func TestSchemaRefusesWhatManifestsRefuses(t *testing.T) {
 		"client CA not PEM":     {"clientCA": "ca.crt"},
 		"misspelt value":        {"replica": 3},
 		"misspelt image value":  {"image": map[string]any{"pullpolicy": "Always"}},
+		"digest not sha256":     {"image": map[string]any{"digest": "latest"}},
+		"pull secret unnamed":   {"imagePullSecrets": []any{map[string]any{}}},
+		"node selector a list":  {"nodeSelector": []any{"pool=system"}},
+		"extra arg not a flag":  {"extraArgs": []any{1}},
+		"misspelt pod value":    {"controller": map[string]any{"tolleration": []any{}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := helmTemplate(c, "ops", values); err == nil || !strings.Contains(err.Error(), "schema") {
