@@ -43,9 +43,7 @@ func TestChartValuesTheApiserverAccepts(t *testing.T) {
 		"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
 		"controller":       maps.Clone(pod),
 	}
-	for k, v := range pod {
-		values[k] = v
-	}
+	maps.Copy(values, pod)
 	install := action.NewInstall(action.NewConfiguration())
 	install.DryRunStrategy, install.Replace = action.DryRunClient, true
 	install.ReleaseName, install.Namespace = "sidecar-operator", ns
