@@ -135,11 +135,13 @@ func rank(ns, kind, name string) string {
 // the current revision and the others get the new one, until promotion;
 // once every pod carries the new revision it is current, and the old one
 // is served no more: a pin to it, or a pod created with a copy of its
-// record, is refused, even by a user who may create pods.
+// record, is refused, even by a user who may create pods (the Sidecar
+// grants, so its pods are validated).
 func TestPartitionHoldsTheHashedHalf(t *testing.T) {
 	needControllerManager(t)
 	ctx := context.Background()
 	sc := loggerSidecar("rv-canary", map[string]string{"rv-canary": "on"})
+	sc.Spec.RBAC = &v1alpha1.SidecarRBAC{Rules: execRules}
 	sc.Spec.UpdateStrategy = &v1alpha1.SidecarUpdateStrategy{Type: v1alpha1.RollingUpdate, Partition: new(intstr.FromString("50%"))}
 	applySidecar(t, sc)
 	a := inject.Revision(&sc.Spec)
