@@ -47,6 +47,12 @@ build: ## Build bin/sidecar-operator, stamped with VERSION and COMMIT.
 image: ## Build the operator's image without Docker (hack/image): linux/amd64 and linux/arm64 in one OCI archive, bin/image/sidecar-operator.tar, and its SBOM.
 	go run ./hack/image -o bin/image -platforms linux/amd64,linux/arm64 -sbom $(CYCLONEDX_GOMOD)
 
+.PHONY: release
+release: ## make release VERSION=vX.Y.Z: dist/ holds the image archive and digest, its SBOM, the chart, install.yaml, crds.yaml and checksums.txt, the same bytes each run.
+	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+ ]] || { echo "make release needs VERSION=vX.Y.Z, not '$(VERSION)'"; exit 2; }
+	go run ./hack/release -version $(VERSION) -o dist -sbom $(CYCLONEDX_GOMOD)
+	cat dist/checksums.txt
+
 .PHONY: generate
 generate: ## Regenerate deepcopy code, the CRD, the ClusterRoles of the webhook and the controllers, the webhook configurations, the Helm chart and docs/api.md.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...

@@ -63,6 +63,7 @@ type options struct {
 	tag       string
 	platforms []v1.Platform
 	sbom      string // cyclonedx-gomod's path; empty, no SBOM
+	version   string // stamped into the binary; empty, git describe's
 }
 
 func main() {
@@ -74,6 +75,7 @@ func main() {
 	flag.StringVar(&platforms, "platforms", "linux/"+runtime.GOARCH, "comma-separated os/arch[/variant] to build for")
 	flag.StringVar(&o.sbom, "sbom", "", "cyclonedx-gomod to write <out>/sidecar-operator.cdx.json with (hack/tool.sh cyclonedx-gomod)")
 	flag.StringVar(&inspectFile, "inspect", "", "print what this archive holds instead of building")
+	flag.StringVar(&o.version, "version", "", "the version the binary prints (a release's tag); by default git describe's")
 	flag.Parse()
 	if inspectFile != "" {
 		if err := inspect(os.Stdout, inspectFile); err != nil {
@@ -108,9 +110,11 @@ func build(o options) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, err
 	}
-	release, err := describe(o.src, rev)
-	if err != nil {
-		return v1.Hash{}, err
+	release := o.version
+	if release == "" {
+		if release, err = describe(o.src, rev); err != nil {
+			return v1.Hash{}, err
+		}
 	}
 	work, err := os.MkdirTemp("", "image")
 	if err != nil {
