@@ -914,7 +914,7 @@ func (s *selection) record(rec *v1alpha1.InjectionRecord, podVolume func(string)
 	if err != nil {
 		return nil, err
 	}
-	*rec = v1alpha1.InjectionRecord{Name: s.sc.name, Guarded: new(s.sc.guarded), Revision: s.sc.revision, Containers: s.sc.containerNames,
+	*rec = v1alpha1.InjectionRecord{Name: s.sc.name, Guarded: guardedValue(s.sc.guarded), Revision: s.sc.revision, Containers: s.sc.containerNames,
 		Owned: r.Owned, Digest: r.Digest, VolumeDigest: volumeDigest}
 	if signer != nil {
 		signer.Sign(namespace, sa, s.sc.uid, rec)
@@ -954,6 +954,25 @@ func (s *recordSyntax) appendValue(buf []byte, v string) []byte {
 	buf = append(buf, s.quote...)
 	buf = append(buf, v...)
 	return append(buf, s.quote...)
+}
+
+// WrittenAsTheWebhookWrites reports whether raw is FormatStatus(records),
+// without allocating it for records of a usual size.
+func WrittenAsTheWebhookWrites(raw string, records []v1alpha1.InjectionRecord) bool {
+	var buf [4096]byte
+	return string(appendStatus(buf[:0], records, &jsonSyntax)) == raw
+}
+
+// guarded are the two values of InjectionRecord.Guarded, shared: no record
+// changes them, and a pointer apiece would be an allocation a record.
+var guarded = [2]bool{false, true}
+
+// guardedValue is the shared pointer to b.
+func guardedValue(b bool) *bool {
+	if b {
+		return &guarded[1]
+	}
+	return &guarded[0]
 }
 
 // FormatStatus is the status annotation's value for records, as the

@@ -314,7 +314,7 @@ func optionalBool(s *jsonscan.Scanner, field string) (*bool, error) {
 	case "", "null": // "": the scanner holds the error
 		return nil, nil
 	case strconv.FormatBool(true), strconv.FormatBool(false):
-		return new(value == strconv.FormatBool(true)), nil
+		return guardedValue(value == strconv.FormatBool(true)), nil
 	}
 	return nil, fmt.Errorf("a record's %s is not a boolean", field)
 }

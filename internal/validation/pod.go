@@ -56,7 +56,7 @@ func Pod(pod, old *corev1.Pod, engine *inject.Engine, ring *signing.Ring, upgrad
 		}
 		return append(podUpdate(pod, old, engine), labelledUnder(pod, records, engine, ring, mandatory)...), nil
 	}
-	if raw, ok := pod.Annotations[v1alpha1.AnnotationStatus]; ok && raw != inject.FormatStatus(records) {
+	if raw, ok := pod.Annotations[v1alpha1.AnnotationStatus]; ok && !inject.WrittenAsTheWebhookWrites(raw, records) {
 		// The mandatory policy finds a Sidecar's name in the text, and the
 		// matchConditions its guarded field: text the records do not read
 		// as (a member no record has, other spacing or capitals) would
