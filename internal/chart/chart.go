@@ -223,25 +223,6 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 		return nil, fmt.Errorf("the NetworkPolicy's first rule is not the webhook port's, from anywhere")
 	}
 	ingress.items[0].fields["from"] = &node{guards: []string{".Values.networkPolicy.webhookFrom"}, block: ".Values.networkPolicy.webhookFrom"}
-	// The pod webhooks' timeoutSeconds: the operator keeps what the
-	// installer set (webhookconfig.EnsureMutating).
-	for _, at := range [][]string{
-		{"MutatingWebhookConfiguration/sidecar-operator", "webhooks", "name=" + webhookconfig.InjectWebhookName, "timeoutSeconds"},
-		{"ValidatingWebhookConfiguration/sidecar-operator", "webhooks", "name=" + webhookconfig.PodsWebhookName, "timeoutSeconds"},
-	} {
-		cfg := tree[at[0]]
-		if cfg == nil {
-			return nil, fmt.Errorf("the install lacks %s", at[0])
-		}
-		timeout, err := cfg.at(at[1:]...)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", at[0], err)
-		}
-		if timeout.value != float64(webhookconfig.PodTimeoutSeconds) && timeout.value != int(webhookconfig.PodTimeoutSeconds) {
-			return nil, fmt.Errorf("%s: timeoutSeconds %v, not %d", at[0], timeout.value, webhookconfig.PodTimeoutSeconds)
-		}
-		timeout.expr = ".Values.webhook.timeoutSeconds"
-	}
 	annotations, err := crd.at("metadata", "annotations")
 	if err != nil {
 		return nil, err
@@ -252,11 +233,9 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 	defaults := struct {
 		Webhook, Controller       deployed
 		Repository, FailurePolicy string
-		TimeoutSeconds            int32
 	}{
 		Webhook: webhookValues, Controller: controllerValues,
 		Repository: cli.ImageRepository, FailurePolicy: string(webhookconfig.DefaultFailurePolicy),
-		TimeoutSeconds: webhookconfig.PodTimeoutSeconds,
 	}
 	// helm uninstall leaves the CRD, and so every Sidecar; upgrades update it.
 	annotations.fields["helm.sh/resource-policy"] = &node{value: "keep"}

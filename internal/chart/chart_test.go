@@ -19,7 +19,6 @@ import (
 
 	"github.com/sidecar-operator/sidecar-operator/internal/cli"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
-	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 const chartDir = "../../charts/sidecar-operator"
@@ -323,15 +322,6 @@ func TestChartOnlyValues(t *testing.T) {
 				managerOf(objs, id)["image"] = cli.ImageRepository + "@" + digest
 			}
 		}},
-		{"webhook.timeoutSeconds", map[string]any{"webhook": map[string]any{"timeoutSeconds": 5}}, func(objs objects) {
-			for _, id := range []string{"MutatingWebhookConfiguration/<nil>/sidecar-operator", "ValidatingWebhookConfiguration/<nil>/sidecar-operator"} {
-				for _, w := range objs[id]["webhooks"].([]any) {
-					if w := w.(map[string]any); w["timeoutSeconds"] == float64(webhookconfig.PodTimeoutSeconds) {
-						w["timeoutSeconds"] = float64(5)
-					}
-				}
-			}
-		}},
 		{"imagePullSecrets", map[string]any{"imagePullSecrets": []any{map[string]any{"name": "regcred"}}}, func(objs objects) {
 			for _, id := range []string{deployment, controller} {
 				podSpecOf(objs, id)["imagePullSecrets"] = []any{map[string]any{"name": "regcred"}}
@@ -363,7 +353,6 @@ func TestSchemaRefusesWhatManifestsRefuses(t *testing.T) {
 		"misspelt value":        {"replica": 3},
 		"misspelt image value":  {"image": map[string]any{"pullpolicy": "Always"}},
 		"digest not sha256":     {"image": map[string]any{"digest": "latest"}},
-		"timeout past 30 s":     {"webhook": map[string]any{"timeoutSeconds": 31}},
 		"pull secret unnamed":   {"imagePullSecrets": []any{map[string]any{}}},
 		"node selector a list":  {"nodeSelector": []any{"pool=system"}},
 		"extra arg not a flag":  {"extraArgs": []any{1}},

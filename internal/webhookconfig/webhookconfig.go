@@ -154,19 +154,6 @@ func Mutating(
 // InjectWebhookName names the mutating webhook that injects.
 const InjectWebhookName = "inject.sidecar-operator.io"
 
-// PodsWebhookName names the validating webhook of pods.
-const PodsWebhookName = "pods.sidecar-operator.io"
-
-// keptTimeout is the timeoutSeconds a pod webhook keeps: the installer's
-// (the chart's webhook.timeoutSeconds), when it is one the apiserver
-// accepts, else the operator's default.
-func keptTimeout(name string, want, have *int32, haveName string) *int32 {
-	if (name == InjectWebhookName || name == PodsWebhookName) && haveName == name && have != nil && *have >= 1 && *have <= 30 {
-		return new(*have)
-	}
-	return want
-}
-
 // Validating is the desired configuration for judging
 // Sidecars and injection records. Pods are sent only when they carry, or
 // carried, an injection record that guards something. Both webhooks are Fail whatever the
@@ -211,7 +198,7 @@ func Validating(
 			Scope: ptr.To(admissionv1.ClusterScope),
 		},
 	}}
-	pods.Name = PodsWebhookName
+	pods.Name = "pods.sidecar-operator.io"
 	pods.ClientConfig = clientConfig(webhook.PathValidatePods)
 	// Every way to write a pod's metadata or containers: the record could
 	// be forged, or an injected container changed, through any of them.
@@ -299,14 +286,9 @@ func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.Va
 		return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", want.Name, err)
 	}
 	for i := range want.Webhooks {
-		if i >= len(have.Webhooks) {
-			break
+		if want.Webhooks[i].ClientConfig.CABundle == nil && i < len(have.Webhooks) {
+			want.Webhooks[i].ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
 		}
-		w, h := &want.Webhooks[i], &have.Webhooks[i]
-		if w.ClientConfig.CABundle == nil {
-			w.ClientConfig.CABundle = h.ClientConfig.CABundle
-		}
-		w.TimeoutSeconds = keptTimeout(w.Name, w.TimeoutSeconds, h.TimeoutSeconds, h.Name)
 	}
 	if equality.Semantic.DeepEqual(have.Webhooks, want.Webhooks) {
 		return nil
@@ -336,12 +318,8 @@ func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.Muta
 	}
 	webhooks := make([]admissionv1.MutatingWebhook, len(want.Webhooks))
 	for i, w := range want.Webhooks {
-		if i < len(have.Webhooks) {
-			h := &have.Webhooks[i]
-			if w.ClientConfig.CABundle == nil {
-				w.ClientConfig.CABundle = h.ClientConfig.CABundle
-			}
-			w.TimeoutSeconds = keptTimeout(w.Name, w.TimeoutSeconds, h.TimeoutSeconds, h.Name)
+		if w.ClientConfig.CABundle == nil && i < len(have.Webhooks) {
+			w.ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
 		}
 		webhooks[i] = w
 	}
