@@ -47,7 +47,7 @@ func TestMandatoryAttackLabelAfterCreateWithRecordText(t *testing.T) {
 	pod.Labels = map[string]string{name: "on"}
 	if err := tc.Patch(ctx, pod, patch); err == nil {
 		t.Errorf("HOLE: pod %s/%s now carries %v, which mandatory sidecar %s selects, without it: containers %v, annotation %s",
-			ns, pod.Name, pod.Labels, name, containerNamesOf(pod), pod.Annotations[v1alpha1.AnnotationStatus])
+			ns, pod.Name, pod.Labels, name, append(containerNames(pod.Spec.InitContainers), containerNames(pod.Spec.Containers)...), pod.Annotations[v1alpha1.AnnotationStatus])
 	} else {
 		t.Logf("denied: %v", err)
 	}
@@ -90,22 +90,10 @@ func TestMandatoryAttackLabelThroughPodsStatus(t *testing.T) {
 	}
 	if stored.Labels[name] == "on" {
 		t.Errorf("HOLE: via pods/status pod %s/%s now carries %v, which mandatory sidecar %s selects, without it: containers %v",
-			ns, stored.Name, stored.Labels, name, containerNamesOf(&stored))
+			ns, stored.Name, stored.Labels, name, append(containerNames(stored.Spec.InitContainers), containerNames(stored.Spec.Containers)...))
 	} else {
 		t.Logf("via pods/status: admitted but labels not stored: %v", stored.Labels)
 	}
-}
-
-// containerNamesOf names the pod's init containers and containers.
-func containerNamesOf(pod *corev1.Pod) []string {
-	out := make([]string, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
-	for _, c := range pod.Spec.InitContainers {
-		out = append(out, c.Name)
-	}
-	for _, c := range pod.Spec.Containers {
-		out = append(out, c.Name)
-	}
-	return out
 }
 
 // storedPod reads the pod as stored.
