@@ -2,8 +2,9 @@
 # Builds kube-apiserver and kube-controller-manager (from the k8s.io/kubernetes
 # module) and etcd (from go.etcd.io/etcd/server/v3) into bin/k8s/<kube>-<etcd>/,
 # once per version pair. The controller-manager runs Deployments for the tests
-# of verify --workload and rollout. With NODE=1 it also builds kubelet and
-# kube-scheduler from the same module, adding them to an existing directory.
+# of verify --workload and rollout. With NODE=1 it also builds kubelet,
+# kube-scheduler and kubectl (test/install re-applies the install with it, as
+# users do) from the same module, adding them to an existing directory.
 # Prints the directory, which is what KUBEBUILDER_ASSETS should point at, and
 # on stderr one line per build: what, from which module, how long. The go
 # command's output shows only if a build fails.
@@ -17,7 +18,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/bin/k8s/$KUBE_VERSION-$ETCD_VERSION"
 
 kube_cmds=(kube-apiserver kube-controller-manager)
-[ "${NODE:-}" = 1 ] && kube_cmds+=(kubelet kube-scheduler)
+[ "${NODE:-}" = 1 ] && kube_cmds+=(kubelet kube-scheduler kubectl)
 missing=()
 for cmd in "${kube_cmds[@]}"; do [ -x "$out/$cmd" ] || missing+=("$cmd"); done
 

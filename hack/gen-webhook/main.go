@@ -14,12 +14,12 @@ import (
 )
 
 func main() {
-	mutating, validating := webhookconfig.Installed("sidecar-operator-system", webhookconfig.DefaultFailurePolicy)
+	mutating, validating := webhookconfig.Installed()
 	policy, binding := webhookconfig.AuthorPolicy()
 	grants, grantsBinding := webhookconfig.GrantPolicy("sidecar-operator-system")
 	mandatory, mandatoryBinding := webhookconfig.MandatoryPolicy("sidecar-operator-system")
 	mandatoryAuthors, mandatoryAuthorsBinding := webhookconfig.MandatoryAuthorsPolicy()
-	const configurations = "The\n# operator writes the caBundle, or cert-manager's CA injector does."
+	const configurations = "Without\n# webhooks: the operator adds its own once a replica answers, and owns them."
 	for file, out := range map[string]struct {
 		says string
 		objs []any

@@ -52,13 +52,13 @@ func newFixture(t *testing.T, opts Options) *fixture {
 			Client: f.client, Reader: f.client, Mutating: configName, Validating: configName,
 			Ensure: func(ctx context.Context, c client.Client, bundle []byte) error {
 				f.published = append(f.published, bundle)
-				if err := webhookconfig.EnsureMutating(ctx, c, webhookconfig.Mutating(configName, target, bundle, admissionv1.Fail, webhookconfig.AllNamespaces), true); err != nil {
+				if err := webhookconfig.EnsureMutating(ctx, c, webhookconfig.Mutating(configName, target, bundle, admissionv1.Fail, webhookconfig.AllNamespaces), webhookconfig.Writing{Create: true, Add: true}); err != nil {
 					return err
 				}
 				if f.blockValidating {
 					return errBlocked
 				}
-				return webhookconfig.EnsureValidating(ctx, c, webhookconfig.Validating(configName, target, bundle), true)
+				return webhookconfig.EnsureValidating(ctx, c, webhookconfig.Validating(configName, target, bundle), webhookconfig.Writing{Create: true, Add: true})
 			},
 		},
 	}

@@ -67,7 +67,7 @@ var options = []option{
 		set: func(o *cli.ManifestOptions) { o.ClientAuth = true }},
 	{name: "--client-ca-file", guard: ".Values.clientCA",
 		set: func(o *cli.ManifestOptions) { o.ClientCA = clientCAPlaceholder }},
-	{name: "--failure-policy Ignore", guard: `eq .Values.webhook.failurePolicy "Ignore"`, changes: ".Values.webhook.failurePolicy",
+	{name: "--failure-policy Ignore", guard: `eq .Values.webhook.failurePolicy "Ignore"`,
 		set: func(o *cli.ManifestOptions) { o.FailurePolicy = admissionv1.Ignore }},
 	{name: "--admin-from-namespace-label", guard: ".Values.networkPolicy.adminFromNamespaceLabel",
 		set: func(o *cli.ManifestOptions) {
@@ -213,6 +213,15 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The controllers write the webhooks: told their timeout and the
+	// namespaces they leave out.
+	controllerManager, err := tree["Deployment/sidecar-operator-controller"].at("spec", "template", "spec", "containers", "name=manager")
+	if err == nil {
+		err = webhookArgs(controllerManager)
+	}
+	if err != nil {
+		return nil, err
+	}
 	// Where the apiserver cannot present a client certificate (most managed
 	// clusters), the webhook port is narrowed to the sources it calls from.
 	ingress, err := tree["NetworkPolicy/sidecar-operator"].at("spec", "ingress")
@@ -233,9 +242,11 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 	defaults := struct {
 		Webhook, Controller       deployed
 		Repository, FailurePolicy string
+		TimeoutSeconds            int32
 	}{
 		Webhook: webhookValues, Controller: controllerValues,
 		Repository: cli.ImageRepository, FailurePolicy: string(webhookconfig.DefaultFailurePolicy),
+		TimeoutSeconds: webhookconfig.PodTimeoutSeconds,
 	}
 	// helm uninstall leaves the CRD, and so every Sidecar; upgrades update it.
 	annotations.fields["helm.sh/resource-policy"] = &node{value: "keep"}
@@ -265,6 +276,22 @@ func chartOnly(tree map[string]*node) ([]byte, error) {
 	var out bytes.Buffer
 	err = template.Must(template.New("values.yaml").Parse(valuesTemplate)).Execute(&out, defaults)
 	return out.Bytes(), err
+}
+
+// webhookArgs adds to the controllers' container the flags of
+// webhook.timeoutSeconds and webhook.excludeNamespaces, when they are set
+// to other than their defaults.
+func webhookArgs(manager *node) error {
+	args, err := manager.at("args")
+	if err != nil {
+		return err
+	}
+	args.items = append(args.items,
+		&node{guards: []string{fmt.Sprintf("ne (int .Values.webhook.timeoutSeconds) %d", webhookconfig.PodTimeoutSeconds)},
+			expr: `printf "--webhook-timeout-seconds=%d" (int .Values.webhook.timeoutSeconds) | quote`},
+		&node{guards: []string{".Values.webhook.excludeNamespaces"},
+			expr: `printf "--exclude-namespace=%s" (join "," .Values.webhook.excludeNamespaces) | quote`})
+	return nil
 }
 
 // deployed are the chart's defaults for a Deployment: its replicas, and

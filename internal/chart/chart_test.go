@@ -322,6 +322,14 @@ func TestChartOnlyValues(t *testing.T) {
 				managerOf(objs, id)["image"] = cli.ImageRepository + "@" + digest
 			}
 		}},
+		{"webhook.timeoutSeconds", map[string]any{"webhook": map[string]any{"timeoutSeconds": 5}}, func(objs objects) {
+			manager := managerOf(objs, controller)
+			manager["args"] = append(manager["args"].([]any), "--webhook-timeout-seconds=5")
+		}},
+		{"webhook.excludeNamespaces", map[string]any{"webhook": map[string]any{"excludeNamespaces": []any{"monitoring", "logging"}}}, func(objs objects) {
+			manager := managerOf(objs, controller)
+			manager["args"] = append(manager["args"].([]any), "--exclude-namespace=monitoring,logging")
+		}},
 		{"imagePullSecrets", map[string]any{"imagePullSecrets": []any{map[string]any{"name": "regcred"}}}, func(objs objects) {
 			for _, id := range []string{deployment, controller} {
 				podSpecOf(objs, id)["imagePullSecrets"] = []any{map[string]any{"name": "regcred"}}
@@ -343,6 +351,8 @@ func TestSchemaRefusesWhatManifestsRefuses(t *testing.T) {
 	for name, values := range map[string]map[string]any{
 		"cert mode":           {"certMode": "openssl"},
 		"failure policy":      {"webhook": map[string]any{"failurePolicy": "fail"}},
+		"timeout too long":    {"webhook": map[string]any{"timeoutSeconds": 31}},
+		"excluded not a name": {"webhook": map[string]any{"excludeNamespaces": []any{"Team A"}}},
 		"label without value": {"networkPolicy": map[string]any{"adminFromNamespaceLabel": "monitoring"}},
 		"label not a label":   {"networkPolicy": map[string]any{"adminFromNamespaceLabel": "team=a b"}},
 		"no replica":          {"replicas": 0},

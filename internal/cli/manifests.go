@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -191,8 +190,7 @@ func RenderManifests(o ManifestOptions) ([]byte, error) {
 	switch o.FailurePolicy {
 	case "", webhookconfig.DefaultFailurePolicy:
 	case admissionv1.Ignore:
-		// The webhook configurations are rendered with it (configTree); the
-		// controllers, which keep them, are told, or they would put Fail back.
+		// The controllers write the webhooks, with it.
 		overlay.Patches = append(overlay.Patches, types.Patch{
 			Target: &types.Selector{ResId: resid.NewResIdKindOnly("Deployment", controllerDeployment)},
 			Patch:  `[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--failure-policy=Ignore"}]`,
@@ -224,7 +222,7 @@ func RenderManifests(o ManifestOptions) ([]byte, error) {
 	} else {
 		replacement.NewTag = tag
 	}
-	mem, err := configTree(o.Namespace, cmp.Or(o.FailurePolicy, webhookconfig.DefaultFailurePolicy))
+	mem, err := configTree(o.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -247,15 +245,14 @@ func RenderManifests(o ManifestOptions) ([]byte, error) {
 	return kustomize(mem, overlay)
 }
 
-// configTree is a copy of the config tree, in memory, written for namespace
-// and failurePolicy. kustomize's namespace transformer rewrites
-// metadata.namespace and the references it knows of (RBAC subjects, the
-// webhooks' Service), but not a namespace inside a string: the certificate's
-// DNS names, cert-manager's inject-ca-from, the webhooks' namespaceSelectors.
+// configTree is a copy of the config tree, in memory, written for
+// namespace. kustomize's namespace transformer rewrites metadata.namespace
+// and the references it knows of (RBAC subjects), but not a namespace inside
+// a string: the certificate's DNS names, cert-manager's inject-ca-from, the
+// policies' CEL.
 // The tree names its namespace in full wherever it means it, so every
-// mention is replaced. The webhook configurations are rendered from the code
-// the operator keeps them in step with.
-func configTree(namespace string, failurePolicy admissionv1.FailurePolicyType) (filesys.FileSystem, error) {
+// mention is replaced.
+func configTree(namespace string) (filesys.FileSystem, error) {
 	mem := filesys.MakeFsInMemory()
 	err := fs.WalkDir(config.Tree, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -269,16 +266,6 @@ func configTree(namespace string, failurePolicy admissionv1.FailurePolicyType) (
 	})
 	if err != nil {
 		return nil, err
-	}
-	mutating, validating := webhookconfig.Installed(namespace, failurePolicy)
-	for file, obj := range map[string]any{"/config/webhook/mutating.yaml": mutating, "/config/webhook/validating.yaml": validating} {
-		data, err := yaml.Marshal(obj)
-		if err == nil {
-			err = mem.WriteFile(file, data)
-		}
-		if err != nil {
-			return nil, err
-		}
 	}
 	return mem, nil
 }

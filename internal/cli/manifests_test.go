@@ -405,9 +405,9 @@ func TestManifestsClientAuthMountsTheClientCA(t *testing.T) {
 }
 
 // TestManifestsAreWrittenForTheirNamespaceAndFailurePolicy renders every
-// option outside the default namespace: nothing may still name it, and the
-// webhook configurations are those the operator keeps in step, so that it
-// has nothing to repair.
+// option outside the default namespace: nothing may still name it, the
+// webhook configurations are installed without webhooks, which the
+// controllers add, told the failure policy.
 func TestManifestsAreWrittenForTheirNamespaceAndFailurePolicy(t *testing.T) {
 	for _, policy := range []admissionv1.FailurePolicyType{admissionv1.Fail, admissionv1.Ignore} {
 		t.Run(string(policy), func(t *testing.T) {
@@ -419,7 +419,7 @@ func TestManifestsAreWrittenForTheirNamespaceAndFailurePolicy(t *testing.T) {
 			if strings.Contains(out, configNamespace) {
 				t.Errorf("rendered for namespace ops, the manifests still name %s", configNamespace)
 			}
-			wantMutating, wantValidating := webhookconfig.Installed("ops", policy)
+			wantMutating, wantValidating := webhookconfig.Installed()
 			docs, err := sidecarfile.SplitYAML(strings.NewReader(out))
 			if err != nil {
 				t.Fatal(err)
@@ -463,7 +463,7 @@ func TestManifestsAreWrittenForTheirNamespaceAndFailurePolicy(t *testing.T) {
 // builds nothing, rather than install Fail webhooks in front of an image
 // no registry serves; manifests writes the config/image it needs.
 func TestConfigDefaultNeedsAnImage(t *testing.T) {
-	mem, err := configTree(configNamespace, webhookconfig.DefaultFailurePolicy)
+	mem, err := configTree(configNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/controller/signingkey"
 	"github.com/sidecar-operator/sidecar-operator/internal/manager"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
+	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
 // runOptions are everything `run` is told, by flags, the environment or
@@ -112,6 +113,10 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 	f.StringVar(&opts.CAFile, "ca-file", "", "PEM CA registered as the webhook's caBundle with --tls-cert-file")
 	f.StringVar(&opts.WebhookConfigName, "webhook-config-name", "sidecar-operator", "MutatingWebhookConfiguration to keep in step")
 	f.StringVar(&o.failurePolicy, "failure-policy", "Fail", "webhook failurePolicy: Fail (no pod escapes injection) or Ignore")
+	f.Int32Var(&opts.WebhookTimeoutSeconds, "webhook-timeout-seconds", webhookconfig.PodTimeoutSeconds,
+		"timeoutSeconds of the pod webhooks: how long the apiserver waits for each call (1 to 30)")
+	f.StringSliceVar(&opts.ExcludeNamespaces, "exclude-namespace", nil,
+		"namespaces the webhooks leave out (no injection, no pod validation), beside kube-system and --namespace; repeatable")
 	f.StringVar(&opts.SigningKeySecret, "signing-key-secret", signingkey.DefaultSecret, "Secret in --namespace whose keys sign injection records "+
 		"(made if missing); add a key with kubectl annotate secret <it> sidecar-operator.io/rotate=key")
 	f.DurationVar(&opts.SigningKeyActivation, "signing-key-activation", signingkey.DefaultActivation,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
@@ -63,11 +64,18 @@ func publishing(opts Options, cache, live client.Reader) func(ctx context.Contex
 		if err != nil {
 			return fmt.Errorf("reading what the Sidecars select: %w", err)
 		}
+		// The webhooks go into configurations that hold none only once a
+		// replica answers: before, they would send the apiserver nowhere.
+		answering, err := webhookconfig.Answering(ctx, cache, opts.Target)
+		if err != nil {
+			return err
+		}
+		writing := webhookconfig.Writing{Create: create, Add: answering}
 		// Each configuration on its own: one the installer has not created
 		// (or an admin deleted) stops no repair of the other.
 		mutating := desiredMutating(opts, caBundle)(scope)
-		validating := webhookconfig.Validating(opts.ValidatingConfigName, opts.Target, caBundle, opts.Namespace)
-		return errors.Join(webhookconfig.EnsureMutating(ctx, c, mutating, create), webhookconfig.EnsureValidating(ctx, c, validating, create))
+		validating := webhookconfig.Validating(opts.ValidatingConfigName, opts.Target, caBundle, opts.excluded()...)
+		return errors.Join(webhookconfig.EnsureMutating(ctx, c, mutating, writing), webhookconfig.EnsureValidating(ctx, c, validating, writing))
 	}
 }
 
@@ -154,6 +162,8 @@ func publishCertificates(mgr manager.Manager, opts Options, log logr.Logger) err
 			// Someone else's write to the configuration, a GitOps sync say, is repaired.
 			Watches(&admissionv1.MutatingWebhookConfiguration{}, watch.Constant(secret), builder.WithPredicates(isConfig)).
 			Watches(&admissionv1.ValidatingWebhookConfiguration{}, watch.Constant(secret), builder.WithPredicates(isConfig)).
+			// A replica answering: the webhooks are added then.
+			Watches(&discoveryv1.EndpointSlice{}, watch.Constant(secret)).
 			// Without the author policy, Sidecars are admitted with their authors unjudged.
 			Watches(&admissionv1.ValidatingAdmissionPolicy{}, watch.Constant(secret), builder.WithPredicates(isAuthorPolicy)).
 			Watches(&admissionv1.ValidatingAdmissionPolicyBinding{}, watch.Constant(secret), builder.WithPredicates(isAuthorPolicy)).
@@ -174,12 +184,18 @@ func publishCertificates(mgr manager.Manager, opts Options, log logr.Logger) err
 	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		// In a cluster the installer creates the configurations, maybe
 		// after this replica starts: wait for them, as the rotator does.
+		// Registered once the webhooks are in: added once a replica answers.
 		if wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 			if err := publish(ctx, mgr.GetClient(), caBundle); err != nil {
 				log.Error(err, "registering the webhook; retrying")
 				return false, nil
 			}
-			return true, nil
+			var m admissionv1.MutatingWebhookConfiguration
+			if err := mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: opts.WebhookConfigName}, &m); err != nil {
+				log.Error(err, "registering the webhook; retrying")
+				return false, nil
+			}
+			return len(m.Webhooks) > 0, nil
 		}) != nil {
 			return nil // stopped before it could
 		}
@@ -193,7 +209,7 @@ func publishCertificates(mgr manager.Manager, opts Options, log logr.Logger) err
 // caBundle, which keeps the one the configuration has.
 func desiredMutating(opts Options, caBundle []byte) func(webhookconfig.Scope) *admissionv1.MutatingWebhookConfiguration {
 	return func(scope webhookconfig.Scope) *admissionv1.MutatingWebhookConfiguration {
-		return webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, scope, opts.Namespace)
+		return webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, caBundle, opts.FailurePolicy, scope, opts.excluded()...)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -213,6 +214,12 @@ func managerOptions(opts Options) ctrl.Options {
 				secrets.Meta(): {Label: managedSelector, Transform: secrets.Slim, Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 				// The Sidecars' revisions, kept in the operator's namespace.
 				&appsv1.ControllerRevision{}: {Label: managedSelector, Namespaces: map[string]cache.Config{opts.Namespace: {}}},
+				// The webhook's Service's endpoints: whether a replica answers
+				// (webhookconfig.Answering).
+				&discoveryv1.EndpointSlice{}: {
+					Namespaces: map[string]cache.Config{opts.Namespace: {}},
+					Label:      labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: opts.Target.ServiceName}),
+				},
 				// The operator's own configurations and policy, by name, so that
 				// RBAC can grant their list and watch by resourceNames.
 				&admissionv1.MutatingWebhookConfiguration{}:     byName(opts.WebhookConfigName),
@@ -262,7 +269,7 @@ func addFleetControllers(
 	// Unscoped: a pod a Sidecar selects is in a namespace its
 	// namespaceSelector selects, so in scope; one created before the scope
 	// caught up is missed, reported and repaired.
-	mutating := webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, nil, opts.FailurePolicy, webhookconfig.AllNamespaces, opts.Namespace)
+	mutating := webhookconfig.Mutating(opts.WebhookConfigName, opts.Target, nil, opts.FailurePolicy, webhookconfig.AllNamespaces, opts.excluded()...)
 	if err := (&status.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Gate: gate, Pods: pods.All,
 		NamespaceLabels: nsLabels,

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/certrotation"
 	"github.com/sidecar-operator/sidecar-operator/internal/certs"
@@ -76,6 +78,12 @@ type Options struct {
 	WebhookConfigName, ValidatingConfigName string
 	// FailurePolicy of the registered webhook: Fail or Ignore.
 	FailurePolicy admissionv1.FailurePolicyType
+	// WebhookTimeoutSeconds bounds each call to a pod webhook: 1 to 30,
+	// 0 for webhookconfig.PodTimeoutSeconds.
+	WebhookTimeoutSeconds int32
+	// ExcludeNamespaces are left out of injection and pod validation,
+	// beside kube-system and Namespace.
+	ExcludeNamespaces []string
 	// Namespace the operator runs in: it holds the certificate Secret, the
 	// signing key and the leader lease, and is excluded from injection.
 	Namespace string
@@ -231,11 +239,17 @@ func (o *Options) Complete() error {
 			o.WebhookHosts = []string{u.Hostname(), "localhost"}
 		}
 	}
+	if o.Target.TimeoutSeconds == 0 {
+		o.Target.TimeoutSeconds = o.WebhookTimeoutSeconds
+	}
 	if len(o.PullSecretNamespaces) == 0 {
 		o.PullSecretNamespaces = []string{o.Namespace}
 	}
 	return nil
 }
+
+// excluded are the namespaces the webhooks leave out, but kube-system.
+func (o *Options) excluded() []string { return append([]string{o.Namespace}, o.ExcludeNamespaces...) }
 
 // Validate checks completed options, naming the flag at fault.
 func (o *Options) Validate() error {
@@ -248,6 +262,14 @@ func (o *Options) Validate() error {
 	case admissionv1.Fail, admissionv1.Ignore:
 	default:
 		return fmt.Errorf("--failure-policy: want Fail or Ignore, got %q", o.FailurePolicy)
+	}
+	if t := o.WebhookTimeoutSeconds; t < 0 || t > webhookconfig.MaxTimeoutSeconds {
+		return fmt.Errorf("--webhook-timeout-seconds: want 1 to %d, got %d", webhookconfig.MaxTimeoutSeconds, t)
+	}
+	for _, ns := range o.ExcludeNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("--exclude-namespace %q: %s", ns, strings.Join(errs, "; "))
+		}
 	}
 	switch o.CertMode {
 	case CertModeSelf:

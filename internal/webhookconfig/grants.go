@@ -122,41 +122,53 @@ func grantVariables(namespace string) []admissionv1.Variable {
 	copied := func(obj string) string {
 		return fmt.Sprintf("%[1]s && %[2]s.metadata.?labels[?'%[3]s'].orValue('') == 'true'", labelled(obj), obj, v1alpha1.LabelPullSecretCopy)
 	}
-	// What a webhook may not become: sent elsewhere, for other requests,
-	// other namespaces or objects, under another failurePolicy, or with a
-	// condition of its own that would narrow it. Its caBundle, its scope
-	// (matched to a list of names), the injecting webhook's pods condition
-	// (narrowing what injects, never what validates: the scope could
-	// already send it no pod, and mandatory Sidecars are the apiserver's to
-	// hold) and the fields that only tune a call (timeoutSeconds,
-	// reinvocation) may change, so that each version of the operator can
-	// write its own as it is upgraded.
+	// What a webhook of the configurations may be: one of the operator's,
+	// as it writes them for this install (operatorWebhookCEL), or one it
+	// had, unchanged (an admin may point them elsewhere); in both, with its
+	// conditions among theirs, the scope (matched to a list of names) and
+	// the injecting webhook's pods condition (narrowing what injects, never
+	// what validates: the scope could already send it no pod, and mandatory
+	// Sidecars are the apiserver's to hold). What only tunes a call
+	// (caBundle, timeoutSeconds, reinvocation) may change, so that each
+	// version of the operator can write its own as it is upgraded. None it
+	// had may go.
 	same := func(field string) string { return fmt.Sprintf("w.?%[1]s == o.?%[1]s", field) }
+	target := Target{ServiceNamespace: namespace, ServiceName: ServiceName}
 	var known []string
-	mutating, validating := Installed(namespace, admissionv1.Fail)
-	for _, w := range mutating.Webhooks {
+	expected := make([]string, 0, 3)
+	for _, w := range Mutating(DefaultName, target, nil, admissionv1.Fail, AllNamespaces, namespace).Webhooks {
 		for _, c := range w.MatchConditions {
 			known = append(known, fmt.Sprintf("[%s, %s]", quotedCEL(c.Name), quotedCEL(c.Expression)))
 		}
+		expected = append(expected, operatorWebhookCEL(w.Name, w.ClientConfig, w.Rules, []admissionv1.FailurePolicyType{admissionv1.Fail, admissionv1.Ignore},
+			w.NamespaceSelector))
 	}
-	for _, w := range validating.Webhooks {
+	for _, w := range Validating(DefaultName, target, nil, namespace).Webhooks {
 		for _, c := range w.MatchConditions {
 			known = append(known, fmt.Sprintf("[%s, %s]", quotedCEL(c.Name), quotedCEL(c.Expression)))
 		}
+		expected = append(expected, operatorWebhookCEL(w.Name, w.ClientConfig, w.Rules, []admissionv1.FailurePolicyType{*w.FailurePolicy}, w.NamespaceSelector))
+	}
+	conditions := func(alsoOld bool) string {
+		old := ""
+		if alsoOld {
+			old = "o.?matchConditions.orValue([]).exists(d, d.name == c.name && d.expression == c.expression) || "
+		}
+		return fmt.Sprintf("w.?matchConditions.orValue([]).all(c, c.name == '%[1]s' ? c.expression.matches(%[2]s) : "+
+			"c.name == '%[4]s' && w.name == '%[5]s' || %[6]s[%[3]s].exists(k, k[0] == c.name && k[1] == c.expression))",
+			ScopeCondition, quotedCEL(scopeExpression.String()), strings.Join(known, ", "), PodsCondition, InjectWebhookName, old)
 	}
 	unchanged := []string{
 		"w.name == o.name", "w.clientConfig.?url == o.clientConfig.?url", "w.clientConfig.?service == o.clientConfig.?service",
-		same("rules"), same("namespaceSelector"), same("objectSelector"), same("failurePolicy"),
-		fmt.Sprintf("w.?matchConditions.orValue([]).all(c, c.name == '%[1]s' ? c.expression.matches(%[2]s) : "+
-			"c.name == '%[4]s' && w.name == '%[5]s' || "+
-			"(o.?matchConditions.orValue([]).exists(d, d.name == c.name && d.expression == c.expression) || [%[3]s].exists(k, k[0] == c.name && k[1] == c.expression)))",
-			ScopeCondition, quotedCEL(scopeExpression.String()), strings.Join(known, ", "), PodsCondition, InjectWebhookName),
+		same("rules"), same("namespaceSelector"), same("objectSelector"), same("failurePolicy"), conditions(true),
 	}
 	return []admissionv1.Variable{
 		{Name: "webhookConfiguration", Expression: fmt.Sprintf("request.resource.group == '%s'", admissionv1.GroupName)},
 		// Reinvocation is the mutating webhook's alone.
-		{Name: "webhooksKept", Expression: fmt.Sprintf("!variables.webhookConfiguration || object.webhooks.size() == oldObject.webhooks.size() && "+
-			"object.webhooks.all(w, oldObject.webhooks.exists(o, %s))", strings.Join(unchanged, " && "))},
+		{Name: "webhooksKept", Expression: fmt.Sprintf("!variables.webhookConfiguration || "+
+			"oldObject.?webhooks.orValue([]).all(o, object.?webhooks.orValue([]).exists(w, w.name == o.name)) && "+
+			"object.?webhooks.orValue([]).all(w, (%s) && %s || oldObject.?webhooks.orValue([]).exists(o, %s))",
+			strings.Join(expected, " || "), conditions(false), strings.Join(unchanged, " && "))},
 		{Name: "annotationsKept", Expression: fmt.Sprintf("!variables.webhookConfiguration || "+
 			"oldObject.metadata.?annotations.orValue({}).all(k, k == '%[1]s' || object.metadata.?annotations.orValue({})[?k] == oldObject.metadata.annotations[?k]) && "+
 			"object.metadata.?annotations.orValue({}).all(k, k == '%[1]s' || k in oldObject.metadata.?annotations.orValue({})) && "+
@@ -238,8 +250,9 @@ func grantValidations(namespace string) []admissionv1.Validation {
 		},
 		{
 			Expression: "variables.webhooksKept && variables.annotationsKept",
-			Message: fmt.Sprintf("the operator neither adds a webhook nor changes where one is sent, what it matches or its failurePolicy, "+
-				"and adds no matchCondition but its own; of the annotations it changes only its record of CAs (%s)", v1alpha1.AnnotationCAFingerprints),
+			Message: fmt.Sprintf("the operator writes only its own webhooks, as it makes them for this install (where each is sent, what it matches, "+
+				"its failurePolicy), removes none, and adds no matchCondition but its own; of the annotations it changes only its record of CAs (%s)",
+				v1alpha1.AnnotationCAFingerprints),
 			Reason: forbidden,
 		},
 		{
@@ -345,6 +358,59 @@ func workloadFieldsKept() string {
 		kept[i] = fmt.Sprintf("object.spec.?%[1]s == oldObject.spec.?%[1]s", f)
 	}
 	return strings.Join(kept, " && ")
+}
+
+// operatorWebhookCEL is CEL for whether the webhook w is the operator's
+// named name: sent to the Service as cc says, for the rules, under one of
+// the failure policies, and in the namespaces of sel, or fewer: a name
+// requirement may exclude more namespaces (--exclude-namespace). What
+// only tunes a call (caBundle, timeoutSeconds, reinvocation) is free.
+func operatorWebhookCEL(name string, cc admissionv1.WebhookClientConfig, rules []admissionv1.RuleWithOperations,
+	policies []admissionv1.FailurePolicyType, sel *metav1.LabelSelector) string {
+	strs := func(values []string) string {
+		quoted := make([]string, len(values))
+		for i, v := range values {
+			quoted[i] = quotedCEL(v)
+		}
+		return "[" + strings.Join(quoted, ", ") + "]"
+	}
+	terms := make([]string, 0, 11+len(rules)+len(sel.MatchExpressions))
+	terms = append(terms,
+		"w.name == "+quotedCEL(name),
+		"!has(w.clientConfig.url)",
+		"w.clientConfig.?service.?namespace.orValue('') == "+quotedCEL(cc.Service.Namespace),
+		"w.clientConfig.?service.?name.orValue('') == "+quotedCEL(cc.Service.Name),
+		"w.clientConfig.?service.?path.orValue('') == "+quotedCEL(*cc.Service.Path),
+		fmt.Sprintf("w.clientConfig.?service.?port.orValue(443) == %d", *cc.Service.Port),
+		fmt.Sprintf("w.rules.size() == %d", len(rules)),
+		"w.?objectSelector.?matchLabels.orValue({}).size() == 0 && w.?objectSelector.?matchExpressions.orValue([]).size() == 0",
+		"w.?namespaceSelector.?matchLabels.orValue({}).size() == 0",
+		fmt.Sprintf("w.?namespaceSelector.?matchExpressions.orValue([]).size() == %d", len(sel.MatchExpressions)),
+	)
+	policyNames := make([]string, len(policies))
+	for i, p := range policies {
+		policyNames[i] = string(p)
+	}
+	terms = append(terms, "w.failurePolicy in "+strs(policyNames))
+	for i, r := range rules {
+		ops := make([]string, len(r.Operations))
+		for j, op := range r.Operations {
+			ops[j] = string(op)
+		}
+		at := fmt.Sprintf("w.rules[%d]", i)
+		terms = append(terms, fmt.Sprintf("%[1]s.?operations.orValue([]) == %[2]s && %[1]s.?apiGroups.orValue([]) == %[3]s && "+
+			"%[1]s.?apiVersions.orValue([]) == %[4]s && %[1]s.?resources.orValue([]) == %[5]s && %[1]s.?scope.orValue('*') == %[6]s",
+			at, strs(ops), strs(r.APIGroups), strs(r.APIVersions), strs(r.Resources), quotedCEL(string(*r.Scope))))
+	}
+	for _, e := range sel.MatchExpressions {
+		values := "e.values == " + strs(e.Values)
+		if e.Key == corev1.LabelMetadataName && e.Operator == metav1.LabelSelectorOpNotIn {
+			values = strs(e.Values) + ".all(v, v in e.values)"
+		}
+		terms = append(terms, fmt.Sprintf("w.namespaceSelector.matchExpressions.exists(e, e.key == %s && e.operator == %s && %s)",
+			quotedCEL(e.Key), quotedCEL(string(e.Operator)), values))
+	}
+	return strings.Join(terms, " && ")
 }
 
 // quotedCEL is s as a raw CEL string literal, triple double-quoted: s,

@@ -5,14 +5,19 @@ package webhookconfig
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	admissionv1ac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,13 +30,21 @@ import (
 // RBAC cannot scope create by name, and a token that could would register
 // webhooks of any name. Outside a cluster, run with credentials that may.
 // They are read (the cache lists and watches them by metadata.name) and
-// updated only by name, so --webhook-config-name needs this changed.
+// written only by name (patch: server-side apply of their webhooks), so
+// --webhook-config-name needs this changed. The Service's EndpointSlices
+// say when a replica answers (Answering).
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update,resourceNames=sidecar-operator
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update,resourceNames=sidecar-operator
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=patch,resourceNames=sidecar-operator
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=patch,resourceNames=sidecar-operator
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sidecar-operator-system,resources=leases,verbs=get;create;update
+// +kubebuilder:rbac:groups=discovery.k8s.io,namespace=sidecar-operator-system,resources=endpointslices,verbs=get;list;watch
 
 // DefaultName names both configurations.
 const DefaultName = "sidecar-operator"
+
+// ServiceName names the Service in front of the webhook, in a cluster.
+const ServiceName = "sidecar-operator"
 
 // DefaultFailurePolicy is Fail: a pod that should get a sidecar, for example
 // the log shipper or the agent its RBAC was granted for, is never admitted
@@ -40,35 +53,63 @@ const DefaultName = "sidecar-operator"
 // which the status controller reports, for availability.
 const DefaultFailurePolicy = admissionv1.Fail
 
-// Installed are both configurations as the install ships them: reaching the
-// Service sidecar-operator in namespace, with no caBundle, which the operator
-// or cert-manager's CA injector fills in. config/webhook is generated from
-// them, and `sidecar-operator manifests` renders them for its options, so
-// the installed configurations are the ones the operator keeps in step.
-func Installed(namespace string, failurePolicy admissionv1.FailurePolicyType) (
-	*admissionv1.MutatingWebhookConfiguration, *admissionv1.ValidatingWebhookConfiguration,
-) {
-	target := Target{ServiceNamespace: namespace, ServiceName: "sidecar-operator"}
-	mutating := Mutating(DefaultName, target, nil, failurePolicy, AllNamespaces, namespace)
+// Installed are both configurations as the install ships them: named,
+// and without a webhook. The installer owns the configurations (that they
+// exist, their name, labels and annotations), the operator every webhook in
+// them (FieldManager), which it adds once a replica answers (Answering).
+// So an install sends the apiserver nowhere that nothing answers, and
+// re-applying it (helm upgrade, kubectl apply, a GitOps sync) sets no field
+// the operator sets, nor the operator one the installer sets. config/webhook
+// is generated from them, and `sidecar-operator manifests` renders them.
+func Installed() (*admissionv1.MutatingWebhookConfiguration, *admissionv1.ValidatingWebhookConfiguration) {
+	mutating := &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: DefaultName}}
 	mutating.APIVersion, mutating.Kind = admissionv1.SchemeGroupVersion.String(), "MutatingWebhookConfiguration"
-	validating := Validating(DefaultName, target, nil, namespace)
+	validating := &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: DefaultName}}
 	validating.APIVersion, validating.Kind = admissionv1.SchemeGroupVersion.String(), "ValidatingWebhookConfiguration"
 	return mutating, validating
 }
 
-// Target says where the apiserver reaches the webhook: a URL, or a Service.
+// FieldManager is the field manager of the operator's writes of its
+// webhooks, by server-side apply: one purpose, and no field the installer
+// renders.
+const FieldManager = "sidecar-operator-webhooks"
+
+// Writing says what keeping a configuration may do besides bringing the
+// operator's webhooks in it up to date.
+type Writing struct {
+	// Create a missing configuration (Target.CreatesMissing).
+	Create bool
+	// Add the webhooks to a configuration that holds none of them: only
+	// once a replica answers (Answering). Webhooks once added are never
+	// removed: with every replica down they refuse what they guard.
+	Add bool
+}
+
+// Target says where the apiserver reaches the webhook, a URL or a
+// Service, and how long a call to a pod webhook may take.
 type Target struct {
 	URL              string
 	ServiceNamespace string
 	ServiceName      string
+	// TimeoutSeconds bounds each call to a pod webhook; 0 is
+	// PodTimeoutSeconds.
+	TimeoutSeconds int32
+}
+
+// podTimeout is the pod webhooks' timeoutSeconds.
+func (t Target) podTimeout() *int32 {
+	if t.TimeoutSeconds == 0 {
+		return new(PodTimeoutSeconds)
+	}
+	return new(t.TimeoutSeconds)
 }
 
 // CreatesMissing says whether the operator creates its webhook
 // configurations when they are missing: only when reached by URL, outside a
 // cluster, where no installer knows the URL. Reached through its Service,
 // the installer (the chart, or config/) creates them and helm uninstall
-// deletes them, before anything else; the operator only keeps them up to
-// date. A replica still running during the uninstall then cannot bring back
+// deletes them, before anything else; the operator only writes its
+// webhooks into them. A replica still running during the uninstall then cannot bring back
 // a Fail configuration whose Service is about to go, which would refuse
 // every pod of the cluster. (The author policy, which refuses no pod, is
 // always kept: EnsureAuthorPolicy.)
@@ -78,7 +119,7 @@ func (t Target) CreatesMissing() bool { return t.URL != "" }
 // creates says.
 func errNotInstalled(kind, name string) error {
 	return fmt.Errorf("%s %s is missing: in a cluster, the installer creates it (helm install, or kubectl apply of config/) "+
-		"and helm uninstall deletes it; the operator only keeps it up to date", kind, name)
+		"and helm uninstall deletes it; the operator only writes its webhooks into it", kind, name)
 }
 
 // PodTimeoutSeconds bounds each call to a pod webhook. docs/performance.md
@@ -87,6 +128,9 @@ func errNotInstalled(kind, name string) error {
 // hung, and a pod create, which may call it three times (mutating,
 // reinvocation, validating), waits 6 s at most for it instead of 30.
 const PodTimeoutSeconds int32 = 2
+
+// MaxTimeoutSeconds is the apiserver's bound on a webhook's timeoutSeconds.
+const MaxTimeoutSeconds int32 = 30
 
 // sidecarsResource is the resource the webhooks and policies match Sidecars by.
 const sidecarsResource = "sidecars"
@@ -128,7 +172,7 @@ func Mutating(
 			FailurePolicy:           new(failurePolicy),
 			MatchPolicy:             ptr.To(admissionv1.Equivalent),
 			ReinvocationPolicy:      ptr.To(admissionv1.IfNeededReinvocationPolicy),
-			TimeoutSeconds:          new(PodTimeoutSeconds),
+			TimeoutSeconds:          target.podTimeout(),
 			Rules: []admissionv1.RuleWithOperations{{
 				Operations: []admissionv1.OperationType{admissionv1.Create},
 				Rule: admissionv1.Rule{
@@ -181,7 +225,7 @@ func Validating(
 		SideEffects:             ptr.To(admissionv1.SideEffectClassNone),
 		FailurePolicy:           ptr.To(admissionv1.Fail),
 		MatchPolicy:             ptr.To(admissionv1.Equivalent),
-		TimeoutSeconds:          new(PodTimeoutSeconds),
+		TimeoutSeconds:          target.podTimeout(),
 		// The apiserver's defaults, so that the stored object equals this one.
 		NamespaceSelector: &metav1.LabelSelector{},
 		ObjectSelector:    &metav1.LabelSelector{},
@@ -273,61 +317,114 @@ func PodValidationNamespaces(excludeNamespaces ...string) *metav1.LabelSelector 
 }
 
 // EnsureValidating is EnsureMutating for the validating configuration.
-func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.ValidatingWebhookConfiguration, create bool) error {
-	var have admissionv1.ValidatingWebhookConfiguration
-	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
-	if apierrors.IsNotFound(err) {
-		if !create {
-			return errNotInstalled("ValidatingWebhookConfiguration", want.Name)
-		}
-		return c.Create(ctx, want)
-	}
-	if err != nil {
-		return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", want.Name, err)
-	}
-	for i := range want.Webhooks {
-		if want.Webhooks[i].ClientConfig.CABundle == nil && i < len(have.Webhooks) {
-			want.Webhooks[i].ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
-		}
-	}
-	if equality.Semantic.DeepEqual(have.Webhooks, want.Webhooks) {
-		return nil
-	}
-	have.Webhooks = want.Webhooks
-	return c.Update(ctx, &have)
+func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.ValidatingWebhookConfiguration, w Writing) error {
+	return ensure(ctx, c, "ValidatingWebhookConfiguration", want, &admissionv1.ValidatingWebhookConfiguration{},
+		func(o *admissionv1.ValidatingWebhookConfiguration) []admissionv1.ValidatingWebhook { return o.Webhooks },
+		func(h *admissionv1.ValidatingWebhook) (string, *[]byte) { return h.Name, &h.ClientConfig.CABundle },
+		admissionv1ac.ValidatingWebhookConfiguration, w)
 }
 
-// EnsureMutating brings an existing configuration to the desired webhooks,
-// keeping its metadata, or creates a missing one if create (see
-// Target.CreatesMissing). A desired webhook with no caBundle keeps the one it
-// has: cert-manager's CA injector sets it. The desired webhooks are the
-// installed ones with the caBundle and the scope (ScopeCondition), so that
-// writing them takes from Helm's server-side apply of the chart no field
-// whose value differs from the chart's.
-func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration, create bool) error {
-	var have admissionv1.MutatingWebhookConfiguration
-	err := c.Get(ctx, client.ObjectKeyFromObject(want), &have)
+// EnsureMutating brings the operator's webhooks in an existing
+// configuration to the desired ones, by server-side apply as FieldManager,
+// and creates a missing configuration if w.Create. It adds them to a
+// configuration that holds none only if w.Add. A desired webhook with no
+// caBundle keeps the one it has: cert-manager's CA injector sets it, or the
+// certificates' publish. The write is conditional on the configuration
+// read, so that a caBundle changed meanwhile is not put back.
+func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration, w Writing) error {
+	return ensure(ctx, c, "MutatingWebhookConfiguration", want, &admissionv1.MutatingWebhookConfiguration{},
+		func(o *admissionv1.MutatingWebhookConfiguration) []admissionv1.MutatingWebhook { return o.Webhooks },
+		func(h *admissionv1.MutatingWebhook) (string, *[]byte) { return h.Name, &h.ClientConfig.CABundle },
+		admissionv1ac.MutatingWebhookConfiguration, w)
+}
+
+// applied is an apply configuration of a webhook configuration.
+type applied[AC any] interface {
+	runtime.ApplyConfiguration
+	WithResourceVersion(string) AC
+}
+
+// ensure is EnsureMutating for a configuration of type C, read into have,
+// whose webhooks, of type W, webhooks returns and field names and points at
+// the caBundle of.
+func ensure[C client.Object, W any, AC applied[AC]](ctx context.Context, c client.Client, kind string, want, have C,
+	webhooks func(C) []W, field func(*W) (string, *[]byte), newApplied func(string) AC, w Writing) error {
+	err := c.Get(ctx, client.ObjectKeyFromObject(want), have)
 	if apierrors.IsNotFound(err) {
-		if !create {
-			return errNotInstalled("MutatingWebhookConfiguration", want.Name)
+		if !w.Create {
+			return errNotInstalled(kind, want.GetName())
 		}
-		return c.Create(ctx, want)
+		return apply(ctx, c, kind, webhooks(want), newApplied(want.GetName()))
 	}
 	if err != nil {
-		return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", want.Name, err)
+		return fmt.Errorf("reading %s %s: %w", kind, want.GetName(), err)
 	}
-	webhooks := make([]admissionv1.MutatingWebhook, len(want.Webhooks))
-	for i, w := range want.Webhooks {
-		if w.ClientConfig.CABundle == nil && i < len(have.Webhooks) {
-			w.ClientConfig.CABundle = have.Webhooks[i].ClientConfig.CABundle
-		}
-		webhooks[i] = w
-	}
-	if equality.Semantic.DeepEqual(have.Webhooks, webhooks) {
+	desired, holds := withCABundles(webhooks(want), webhooks(have), field)
+	if !w.Add && !holds || equality.Semantic.DeepEqual(webhooks(have), desired) {
 		return nil
 	}
-	have.Webhooks = webhooks
-	return c.Update(ctx, &have)
+	return apply(ctx, c, kind, desired, newApplied(want.GetName()).WithResourceVersion(have.GetResourceVersion()))
+}
+
+// withCABundles returns the desired webhooks, each without a caBundle
+// given the one its namesake in have holds, and whether have holds any of
+// them; field names a webhook and points at its caBundle.
+func withCABundles[W any](desired, have []W, field func(*W) (string, *[]byte)) ([]W, bool) {
+	out := slices.Clone(desired)
+	holds := false
+	for i := range out {
+		name, caBundle := field(&out[i])
+		for j := range have {
+			if haveName, haveCABundle := field(&have[j]); haveName == name {
+				holds = true
+				if *caBundle == nil {
+					*caBundle = *haveCABundle
+				}
+			}
+		}
+	}
+	return out, holds
+}
+
+// apply writes the webhooks into the configuration ac names, by
+// server-side apply as FieldManager, forcing ownership of them, and
+// nothing else of it: the installer's fields stay the installer's.
+func apply[W any](ctx context.Context, c client.Client, kind string, webhooks []W, ac runtime.ApplyConfiguration) error {
+	data, err := json.Marshal(struct {
+		Webhooks []W `json:"webhooks"`
+	}{webhooks})
+	if err == nil {
+		err = json.Unmarshal(data, ac)
+	}
+	if err == nil {
+		err = c.Apply(ctx, ac, client.FieldOwner(FieldManager), client.ForceOwnership)
+	}
+	if err != nil {
+		return fmt.Errorf("writing the webhooks of %s: %w", kind, err)
+	}
+	return nil
+}
+
+// Answering reports whether a replica of the webhook answers at t: at a URL,
+// always (nothing else would); behind a Service, once one of its
+// EndpointSlices holds a ready endpoint, read through r.
+func Answering(ctx context.Context, r client.Reader, t Target) (bool, error) {
+	if t.URL != "" {
+		return true, nil
+	}
+	var endpoints discoveryv1.EndpointSliceList
+	if err := r.List(ctx, &endpoints, client.InNamespace(t.ServiceNamespace), client.MatchingLabels{discoveryv1.LabelServiceName: t.ServiceName}); err != nil {
+		return false, fmt.Errorf("reading the endpoints of Service %s/%s: %w", t.ServiceNamespace, t.ServiceName, err)
+	}
+	for _, s := range endpoints.Items {
+		for _, e := range s.Endpoints {
+			// An unknown readiness counts as ready, as the API says to.
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // Serving is a configuration's namespaceSelectors, parsed once: the status

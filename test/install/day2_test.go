@@ -1,10 +1,12 @@
 package install
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -63,12 +65,15 @@ func TestDayTwo(t *testing.T) {
 	}{
 		{"install", testInstall},
 		{"uninstall after install", testUninstall},
-		{"helm upgrade from the previous commit", testUpgrade},
+		{"helm upgrade from the release before the last", testUpgrade},
+		{"helm downgrade to the last release", testDowngrade},
+		{"helm upgrade from the last release", testUpgradeFromLast},
 		{"helm upgrade of this commit", testUpgradeInPlace},
 		{"the leader SIGKILLed", testLeaderKilled},
 		{"a webhook replica SIGKILLed", testWebhookReplicaKilled},
 		{"rotate=ca", testRotateCA},
 		{"every replica down", testEveryReplicaDown},
+		{"the install re-applied, as GitOps does", testReapply},
 		{"uninstall", testUninstall},
 	}
 	for _, s := range steps {
@@ -78,10 +83,13 @@ func TestDayTwo(t *testing.T) {
 	}
 }
 
-// testInstall times helm install from nothing to the first injected pod.
-// Pods created before the webhook answers fail (failurePolicy Fail, no
-// endpoint yet) or, before the Sidecar exists, are not injected: counted,
-// not judged.
+// testInstall times helm install from nothing to the first injected pod,
+// into a cluster where pods are being created: none fails. The install
+// ships the configurations without webhooks, which the operator adds once
+// a replica answers; the loop's namespace, which no Sidecar selects until
+// the install is done, then one does, is never sent where nothing answers.
+// Pods created before the Sidecar exists are not injected: counted, not
+// judged.
 func testInstall(t *testing.T, l *podLoop) {
 	l.reset()
 	start := time.Now()
@@ -91,7 +99,11 @@ func testInstall(t *testing.T, l *podLoop) {
 	first := l.waitInjected(t, 60*time.Second)
 	t.Logf("install: helm install --wait returned after %s; the first injected pod after %s", installed.Round(time.Millisecond),
 		first.Sub(start).Round(time.Millisecond))
-	t.Logf("install: %s", l.take())
+	counts := l.take()
+	t.Logf("install: %s", counts)
+	if counts.failed > 0 || counts.created == 0 {
+		t.Errorf("installing failed pod creates: %s", counts)
+	}
 	describeOperator(t, current)
 }
 
@@ -145,10 +157,10 @@ func testUninstall(t *testing.T, l *podLoop) {
 		"(helm.sh/resource-policy: keep), and with them what was granted", grantsBefore, managedRoleBindings(t))
 }
 
-// testUpgrade installs the previous commit's chart and image, then helm
-// upgrade to this one with a changed value: none is missed. Creates may
-// fail only on a connection to one of the previous commit's replicas, and
-// at most one in ten:
+// testUpgrade installs the release before the last, then helm upgrade to
+// this commit with a changed value: none is missed. Creates may fail only
+// on a connection to one of that release's replicas, and at most one in
+// ten:
 //   - they drain as that commit does, closing their idle keep-alive
 //     connections as the drain begins; a review the apiserver writes on one
 //     at that moment fails, unretried (kubernetes/kubernetes#127335);
@@ -158,24 +170,25 @@ func testUninstall(t *testing.T, l *podLoop) {
 //     lease and exits, and the apiserver is refused while its container
 //     restarts, until the kubelet's probe takes it out of the Service.
 //
-// This commit's drain leaves idle connections to the client, and
-// testUpgradeInPlace holds it to none.
+// Later releases' drain leaves idle connections to the client, and the
+// other upgrades hold them to none.
 func testUpgrade(t *testing.T, l *podLoop) {
-	if previous.image == "" {
+	if len(releases) < 2 {
 		// Still installed, for the moments after this one.
 		helm(t, installArgs("install", current, "--wait")...)
-		t.Skip("hack/release-images.sh found no previous commit to build (a shallow clone): see its warning")
+		t.Skipf("hack/release-images.sh built %d of the 2 last releases (a shallow clone?): see its warning", len(releases))
 	}
-	helm(t, installArgs("install", previous, "--wait")...)
+	from := releases[0]
+	helm(t, installArgs("install", from, "--wait")...)
 	l.reset()
 	l.waitInjected(t, 60*time.Second)
-	describeOperator(t, previous)
+	describeOperator(t, from)
 	pods := operatorPods(t)
 	old := make([]string, 0, len(pods))
 	for _, p := range pods {
 		old = append(old, p.Status.PodIP+":9443: ")
 	}
-	counts := upgradeTo(t, l, previous, "--set", "resources.requests.cpu=110m")
+	counts := upgradeTo(t, l, from, current, "--set", "resources.requests.cpu=110m")
 	onOld := 0
 	for msg, n := range counts.failures {
 		// A connection closed under a review says EOF, without the address.
@@ -190,19 +203,50 @@ func testUpgrade(t *testing.T, l *podLoop) {
 	}
 }
 
-// testUpgradeInPlace rolls this commit's replicas with a changed value:
-// no create fails, none is missed.
-func testUpgradeInPlace(t *testing.T, l *podLoop) {
-	counts := upgradeTo(t, l, current, "--reuse-values", "--set", "resources.requests.cpu=120m,controller.resources.requests.cpu=120m")
+// lastRelease is the release before this commit, or skips.
+func lastRelease(t *testing.T) release {
+	t.Helper()
+	if len(releases) == 0 {
+		t.Skip("hack/release-images.sh built no release (a shallow clone?): see its warning")
+	}
+	return releases[len(releases)-1]
+}
+
+// testDowngrade rolls this commit back to the last release with helm
+// upgrade to its chart: helm's apply conflicts with no field the operator
+// wrote, no create fails and none is missed.
+func testDowngrade(t *testing.T, l *podLoop) {
+	last := lastRelease(t)
+	counts := upgradeTo(t, l, current, last, "--reuse-values", "--set", "image.repository="+last.repository()+",image.tag="+last.tag())
+	if counts.failed > 0 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
+		t.Errorf("helm downgrade: %s", counts)
+	}
+}
+
+// testUpgradeFromLast upgrades the last release, as testDowngrade left it,
+// to this commit: no conflict, no create fails, none is missed.
+func testUpgradeFromLast(t *testing.T, l *podLoop) {
+	counts := upgradeTo(t, l, lastRelease(t), current, "--reuse-values", "--set", "image.repository="+current.repository()+",image.tag="+current.tag())
 	if counts.failed > 0 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
 		t.Errorf("helm upgrade: %s", counts)
 	}
 }
 
-// upgradeTo runs helm upgrade to this commit's chart and image and waits
+// testUpgradeInPlace rolls this commit's replicas with a changed value:
+// no create fails, none is missed.
+func testUpgradeInPlace(t *testing.T, l *podLoop) {
+	counts := upgradeTo(t, l, current, current, "--reuse-values", "--set", "resources.requests.cpu=120m,controller.resources.requests.cpu=120m")
+	if counts.failed > 0 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
+		t.Errorf("helm upgrade: %s", counts)
+	}
+}
+
+// upgradeTo runs helm upgrade to release to's chart and image and waits
 // until every replica of the webhook and the controllers runs it, the old
-// ones gone; it returns the loop's counts meanwhile.
-func upgradeTo(t *testing.T, l *podLoop, from release, more ...string) tally {
+// ones gone, and a new leader has written this commit's webhooks (or,
+// rolled back to a release, its own); it returns the loop's counts
+// meanwhile.
+func upgradeTo(t *testing.T, l *podLoop, from, to release, more ...string) tally {
 	t.Helper()
 	before := map[string]bool{}
 	for _, p := range operatorPods(t) {
@@ -210,11 +254,11 @@ func upgradeTo(t *testing.T, l *podLoop, from release, more ...string) tally {
 	}
 	l.reset()
 	start := time.Now()
-	helm(t, installArgs("upgrade", current, append([]string{"--wait"}, more...)...)...)
+	helm(t, installArgs("upgrade", to, append([]string{"--wait"}, more...)...)...)
 	eventually(t, 2*time.Minute, "every pod of the operator to be new and run the new image, the old ones gone", func() error {
 		pods := operatorPods(t)
 		for _, p := range pods {
-			if before[p.Name] || p.Spec.Containers[0].Image != current.image || !ready(p) {
+			if before[p.Name] || p.Spec.Containers[0].Image != to.image || !ready(p) {
 				return fmt.Errorf("pod %s: %s, ready %v", p.Name, p.Spec.Containers[0].Image, ready(p))
 			}
 		}
@@ -224,29 +268,32 @@ func upgradeTo(t *testing.T, l *podLoop, from release, more ...string) tally {
 		return nil
 	})
 	rolled := time.Since(start)
-	// The previous commit's leader may have repaired the configurations to
-	// its own content in the moment before its identity went: until a new
-	// leader puts this commit's back, helm's server-side apply of them
-	// conflicts with its writes.
-	eventually(t, time.Minute, "a new leader, and the configurations this commit's", func() error {
+	eventually(t, time.Minute, "a new leader, and the configurations its", func() error {
 		if holder, _ := leaseHolder(t); before[holder] || holder == "" {
 			return fmt.Errorf("the lease is held by %q", holder)
+		}
+		if to != current {
+			return nil
 		}
 		return configurationsConverged()
 	})
 	counts := l.take()
-	t.Logf("helm upgrade %s -> %s (%s), rolled in %s, converged in %s: %s", from.image, current.image, strings.Join(more, " "),
+	t.Logf("helm upgrade %s -> %s (%s), rolled in %s, converged in %s: %s", from.image, to.image, strings.Join(more, " "),
 		rolled.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), counts)
-	describeOperator(t, current)
+	describeOperator(t, to)
 	return counts
 }
 
-// configurationsConverged reports whether the webhook configurations are
-// this commit's, but for what the operator keeps (the caBundles, and the
-// mutating webhook's scope and pods conditions).
+// configurationsConverged reports whether the webhook configurations hold
+// this commit's webhooks, but for what the operator keeps (the caBundles,
+// and the mutating webhook's scope and pods conditions), and whether the
+// installer owns none of them: the operator writes its webhooks and no
+// field of the installer's.
 func configurationsConverged() error {
 	ctx := context.Background()
-	wantMutating, wantValidating := webhookconfig.Installed(operatorNamespace, admissionv1.Fail)
+	target := webhookconfig.Target{ServiceNamespace: operatorNamespace, ServiceName: webhookconfig.ServiceName}
+	wantMutating := webhookconfig.Mutating(webhookconfig.DefaultName, target, nil, admissionv1.Fail, webhookconfig.AllNamespaces, operatorNamespace)
+	wantValidating := webhookconfig.Validating(webhookconfig.DefaultName, target, nil, operatorNamespace)
 	var m admissionv1.MutatingWebhookConfiguration
 	var v admissionv1.ValidatingWebhookConfiguration
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(wantMutating), &m); err != nil {
@@ -257,6 +304,13 @@ func configurationsConverged() error {
 	}
 	if len(m.Webhooks) != len(wantMutating.Webhooks) {
 		return fmt.Errorf("%d mutating webhooks", len(m.Webhooks))
+	}
+	for _, fields := range [][]metav1.ManagedFieldsEntry{m.ManagedFields, v.ManagedFields} {
+		for _, f := range fields {
+			if strings.Contains(f.Manager, "helm") && f.FieldsV1 != nil && strings.Contains(f.FieldsV1.GetRawString(), `"f:webhooks"`) {
+				return fmt.Errorf("the installer (field manager %s) owns fields of the webhooks", f.Manager)
+			}
+		}
 	}
 	for i := range m.Webhooks {
 		m.Webhooks[i].ClientConfig.CABundle = nil
@@ -272,6 +326,53 @@ func configurationsConverged() error {
 		return fmt.Errorf("the webhook configurations are not this commit's yet (timeoutSeconds %d)", *m.Webhooks[0].TimeoutSeconds)
 	}
 	return nil
+}
+
+// testReapply re-applies the rendered install over the running operator,
+// as GitOps tools do: kubectl apply (client-side), then server-side, as a
+// field manager of its own that forces conflicts (Flux's way). The
+// configurations' webhooks, which the install does not render, are left
+// as they are: no write fight follows (no write of either configuration
+// for 10 s after), and no create fails or is missed.
+func testReapply(t *testing.T, l *podLoop) {
+	ctx := context.Background()
+	rendered := helmOutput(t, installArgs("template", current)...)
+	versions := func() (string, string) {
+		var m admissionv1.MutatingWebhookConfiguration
+		var v admissionv1.ValidatingWebhookConfiguration
+		if err := errors.Join(k8s.Get(ctx, client.ObjectKey{Name: webhookconfig.DefaultName}, &m), k8s.Get(ctx, client.ObjectKey{Name: webhookconfig.DefaultName}, &v)); err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Webhooks)+len(v.Webhooks) != 3 {
+			t.Fatalf("after re-applying the install, the configurations hold %d webhooks, want 3", len(m.Webhooks)+len(v.Webhooks))
+		}
+		return m.ResourceVersion, v.ResourceVersion
+	}
+	l.reset()
+	for _, apply := range [][]string{
+		{"apply", "-f", "-"},
+		{"apply", "--server-side", "--field-manager=gitops", "--force-conflicts", "-f", "-"},
+	} {
+		cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", cp.Kubeconfig()}, apply...)...)
+		cmd.Stdin = strings.NewReader(rendered)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(apply, " "), err, out)
+		}
+		m0, v0 := versions()
+		time.Sleep(10 * time.Second)
+		if m1, v1 := versions(); m1 != m0 || v1 != v0 {
+			t.Errorf("after kubectl %s, the configurations were written again (resourceVersions %s -> %s, %s -> %s): a write fight",
+				strings.Join(apply, " "), m0, m1, v0, v1)
+		}
+	}
+	if err := configurationsConverged(); err != nil {
+		t.Error(err)
+	}
+	counts := l.take()
+	t.Logf("the install re-applied client-side and server-side: %s", counts)
+	if counts.failed > 0 || counts.missed > 0 || counts.unverified > 0 || counts.created == 0 {
+		t.Errorf("re-applying the install: %s", counts)
+	}
 }
 
 // testLeaderKilled SIGKILLs the leader's container through containerd, as a
@@ -570,11 +671,20 @@ func installArgs(verb string, r release, more ...string) []string {
 
 func helm(t *testing.T, args ...string) {
 	t.Helper()
+	helmOutput(t, args...)
+}
+
+// helmOutput runs helm and returns its stdout.
+func helmOutput(t *testing.T, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(helmBin, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig())
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
+	return stdout.String()
 }
 
 // describeOperator logs the operator's pods and where the webhook

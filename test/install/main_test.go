@@ -2,8 +2,9 @@
 // install: the operator's own image imported into a real node's containerd
 // and its chart installed with helm, two replicas behind their Service, the
 // apiserver calling the webhook at the Service's ready endpoints. While each
-// moment runs (install, helm upgrade from the previous commit, the leader
-// SIGKILLed, the CA rotated, helm uninstall), a loop creates a pod every
+// moment runs (install, helm upgrade from each of the last two releases and
+// a downgrade to the last, the leader SIGKILLed, the CA rotated, the install
+// re-applied as GitOps does, helm uninstall), a loop creates a pod every
 // 100 ms and checks each: created, injected, its record verifying.
 //
 // TestMain owns the node (nodeenv: .local/install-test, after test/node's
@@ -36,7 +37,7 @@ const containerd = "/run/containerd/containerd.sock"
 
 // release is what one commit installs: its image and its chart.
 type release struct {
-	tarball, image, chart string
+	name, tarball, image, chart string
 }
 
 // repository and tag of the image, as the chart's values take them.
@@ -49,8 +50,12 @@ var (
 	k8s      client.Client
 	cp       *nodeenv.ControlPlane
 	helmBin  string
-	// current is this checkout's; previous the commit's before issue 26.
-	current, previous release
+	// kubectlBin re-applies the install, as users and GitOps tools do.
+	kubectlBin string
+	// current is this checkout's; releases the earlier ones that
+	// hack/release-images.sh built, oldest first.
+	current  release
+	releases []release
 )
 
 func TestMain(m *testing.M) {
@@ -75,8 +80,8 @@ func setUp(down *nodeenv.Teardown) error {
 	if err != nil {
 		return err
 	}
-	// Built before the node is up: the first build of the previous commit
-	// takes minutes, make test does it before go test.
+	// Built before the node is up: the first build of a release takes
+	// minutes, make test does it before go test.
 	built, err := output(root, filepath.Join(root, "hack", "release-images.sh"))
 	if err != nil {
 		return err
@@ -86,22 +91,27 @@ func setUp(down *nodeenv.Teardown) error {
 		if len(f) != 4 {
 			return fmt.Errorf("hack/release-images.sh: unexpected line %q", line)
 		}
-		r := release{tarball: f[1], image: f[2], chart: f[3]}
-		switch f[0] {
-		case "current":
+		r := release{name: f[0], tarball: f[1], image: f[2], chart: f[3]}
+		if r.name == "current" {
 			current = r
-		case "previous":
-			previous = r
+		} else {
+			releases = append(releases, r)
 		}
 	}
 	if helmBin, err = output(root, filepath.Join(root, "hack", "tool.sh"), "helm"); err != nil {
 		return err
 	}
 	helmBin = strings.TrimSpace(helmBin)
+	// Built with the node's binaries (NODE=1), cached.
+	assets, err := output(root, "env", "NODE=1", filepath.Join(root, "hack", "build-control-plane.sh"))
+	if err != nil {
+		return err
+	}
+	kubectlBin = filepath.Join(strings.TrimSpace(assets), "kubectl")
 	if cp, err = nodeenv.Up(root, "install-test", down); err != nil {
 		return err
 	}
-	for _, r := range []release{current, previous} {
+	for _, r := range append([]release{current}, releases...) {
 		if _, err := output(root, "ctr", "--address", containerd, "-n", "k8s.io", "images", "import", "--all-platforms", r.tarball); err != nil {
 			return fmt.Errorf("importing %s: %w", r.image, err)
 		}

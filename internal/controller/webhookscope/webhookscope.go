@@ -69,5 +69,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("reading what the Sidecars select: %w", err)
 	}
-	return ctrl.Result{}, webhookconfig.EnsureMutating(ctx, r.Client, r.Desired(scope), false)
+	// Only into the webhook once added: the certificates' publish adds it,
+	// once a replica answers.
+	return ctrl.Result{}, webhookconfig.EnsureMutating(ctx, r.Client, r.Desired(scope), webhookconfig.Writing{})
 }
