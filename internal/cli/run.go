@@ -116,7 +116,7 @@ Force a rotation with: kubectl annotate secret <cert-secret> sidecar-operator.io
 	f.Int32Var(&opts.WebhookTimeoutSeconds, "webhook-timeout-seconds", webhookconfig.PodTimeoutSeconds,
 		"timeoutSeconds of the pod webhooks: how long the apiserver waits for each call (1 to 30)")
 	f.StringSliceVar(&opts.ExcludeNamespaces, "exclude-namespace", nil,
-		"namespaces the webhooks leave out (no injection, no pod validation), beside kube-system and --namespace; repeatable")
+		"namespaces the mutating webhook leaves out (no injection), beside kube-system and --namespace; pod validation still covers them; repeatable")
 	f.StringVar(&opts.SigningKeySecret, "signing-key-secret", signingkey.DefaultSecret, "Secret in --namespace whose keys sign injection records "+
 		"(made if missing); add a key with kubectl annotate secret <it> sidecar-operator.io/rotate=key")
 	f.DurationVar(&opts.SigningKeyActivation, "signing-key-activation", signingkey.DefaultActivation,

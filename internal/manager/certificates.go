@@ -74,7 +74,7 @@ func publishing(opts Options, cache, live client.Reader) func(ctx context.Contex
 		// Each configuration on its own: one the installer has not created
 		// (or an admin deleted) stops no repair of the other.
 		mutating := desiredMutating(opts, caBundle)(scope)
-		validating := webhookconfig.Validating(opts.ValidatingConfigName, opts.Target, caBundle, opts.excluded()...)
+		validating := webhookconfig.Validating(opts.ValidatingConfigName, opts.Target, caBundle, opts.Namespace)
 		return errors.Join(webhookconfig.EnsureMutating(ctx, c, mutating, writing), webhookconfig.EnsureValidating(ctx, c, validating, writing))
 	}
 }

@@ -81,8 +81,9 @@ type Options struct {
 	// WebhookTimeoutSeconds bounds each call to a pod webhook: 1 to 30,
 	// 0 for webhookconfig.PodTimeoutSeconds.
 	WebhookTimeoutSeconds int32
-	// ExcludeNamespaces are left out of injection and pod validation,
-	// beside kube-system and Namespace.
+	// ExcludeNamespaces are left out of injection, beside kube-system and
+	// Namespace. Pod validation, which guards what grants, leaves out only
+	// those two.
 	ExcludeNamespaces []string
 	// Namespace the operator runs in: it holds the certificate Secret, the
 	// signing key and the leader lease, and is excluded from injection.
@@ -248,7 +249,7 @@ func (o *Options) Complete() error {
 	return nil
 }
 
-// excluded are the namespaces the webhooks leave out, but kube-system.
+// excluded are the namespaces the mutating webhook leaves out, but kube-system.
 func (o *Options) excluded() []string { return append([]string{o.Namespace}, o.ExcludeNamespaces...) }
 
 // Validate checks completed options, naming the flag at fault.

@@ -141,13 +141,13 @@ func grantVariables(namespace string) []admissionv1.Variable {
 			known = append(known, fmt.Sprintf("[%s, %s]", quotedCEL(c.Name), quotedCEL(c.Expression)))
 		}
 		expected = append(expected, operatorWebhookCEL(w.Name, w.ClientConfig, w.Rules, []admissionv1.FailurePolicyType{admissionv1.Fail, admissionv1.Ignore},
-			w.NamespaceSelector))
+			w.NamespaceSelector, true))
 	}
 	for _, w := range Validating(DefaultName, target, nil, namespace).Webhooks {
 		for _, c := range w.MatchConditions {
 			known = append(known, fmt.Sprintf("[%s, %s]", quotedCEL(c.Name), quotedCEL(c.Expression)))
 		}
-		expected = append(expected, operatorWebhookCEL(w.Name, w.ClientConfig, w.Rules, []admissionv1.FailurePolicyType{*w.FailurePolicy}, w.NamespaceSelector))
+		expected = append(expected, operatorWebhookCEL(w.Name, w.ClientConfig, w.Rules, []admissionv1.FailurePolicyType{*w.FailurePolicy}, w.NamespaceSelector, false))
 	}
 	conditions := func(alsoOld bool) string {
 		old := ""
@@ -362,11 +362,12 @@ func workloadFieldsKept() string {
 
 // operatorWebhookCEL is CEL for whether the webhook w is the operator's
 // named name: sent to the Service as cc says, for the rules, under one of
-// the failure policies, and in the namespaces of sel, or fewer: a name
-// requirement may exclude more namespaces (--exclude-namespace). What
-// only tunes a call (caBundle, timeoutSeconds, reinvocation) is free.
+// the failure policies, and in the namespaces of sel, or, if fewer, in
+// fewer: its name requirement may exclude more (--exclude-namespace, which
+// narrows injection, never validation). What only tunes a call (caBundle,
+// timeoutSeconds, reinvocation) is free.
 func operatorWebhookCEL(name string, cc admissionv1.WebhookClientConfig, rules []admissionv1.RuleWithOperations,
-	policies []admissionv1.FailurePolicyType, sel *metav1.LabelSelector) string {
+	policies []admissionv1.FailurePolicyType, sel *metav1.LabelSelector, fewer bool) string {
 	strs := func(values []string) string {
 		quoted := make([]string, len(values))
 		for i, v := range values {
@@ -404,7 +405,7 @@ func operatorWebhookCEL(name string, cc admissionv1.WebhookClientConfig, rules [
 	}
 	for _, e := range sel.MatchExpressions {
 		values := "e.values == " + strs(e.Values)
-		if e.Key == corev1.LabelMetadataName && e.Operator == metav1.LabelSelectorOpNotIn {
+		if fewer && e.Key == corev1.LabelMetadataName && e.Operator == metav1.LabelSelectorOpNotIn {
 			values = strs(e.Values) + ".all(v, v in e.values)"
 		}
 		terms = append(terms, fmt.Sprintf("w.namespaceSelector.matchExpressions.exists(e, e.key == %s && e.operator == %s && %s)",

@@ -16,8 +16,9 @@ import (
 // identity may write webhooks that were not there. The grant policy lets
 // it write only the operator's own, as it makes them for the install: a
 // stolen token cannot send one elsewhere, widen what it matches, let the
-// validating ones fail open, or drop one. It may exclude more namespaces
-// (--exclude-namespace) and change what only tunes a call. Every write is a
+// validating ones fail open, leave out a namespace, or drop one. It may
+// exclude more namespaces from injection (--exclude-namespace) and change
+// what only tunes a call. Every write is a
 // dry run, as the impersonated controllers' identity.
 func TestAttackStolenTokenWritesWebhooksOfItsOwn(t *testing.T) {
 	ctx := context.Background()
@@ -33,15 +34,15 @@ func TestAttackStolenTokenWritesWebhooksOfItsOwn(t *testing.T) {
 		if err := op.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &v); err != nil {
 			t.Fatal(err)
 		}
-		excluded = append([]string{operatorNamespace}, excluded...)
-		m.Webhooks = webhookconfig.Mutating(webhookConfigName, target, []byte("ca"), admissionv1.Ignore, webhookconfig.AllNamespaces, excluded...).Webhooks
-		v.Webhooks = webhookconfig.Validating(webhookConfigName, target, []byte("ca"), excluded...).Webhooks
+		m.Webhooks = webhookconfig.Mutating(webhookConfigName, target, []byte("ca"), admissionv1.Ignore, webhookconfig.AllNamespaces,
+			append([]string{operatorNamespace}, excluded...)...).Webhooks
+		v.Webhooks = webhookconfig.Validating(webhookConfigName, target, []byte("ca"), operatorNamespace).Webhooks
 		return &m, &v
 	}
 	m, v := own("monitoring")
 	for _, obj := range []client.Object{m, v} {
 		if err := op.Update(ctx, obj, client.DryRunAll); err != nil {
-			t.Errorf("the controllers write their own webhooks (%T), for the install, more namespaces excluded: %v", obj, err)
+			t.Errorf("the controllers write their own webhooks (%T), for the install, more namespaces excluded from injection: %v", obj, err)
 		}
 	}
 
@@ -67,6 +68,10 @@ func TestAttackStolenTokenWritesWebhooksOfItsOwn(t *testing.T) {
 			extra.Name = "steal.attacker.example"
 			m.Webhooks = append(m.Webhooks, *extra)
 			return m
+		},
+		"pod validation leaving out a namespace": func(_ *admissionv1.MutatingWebhookConfiguration, v *admissionv1.ValidatingWebhookConfiguration) client.Object {
+			v.Webhooks[1].NamespaceSelector.MatchExpressions[0].Values = append(v.Webhooks[1].NamespaceSelector.MatchExpressions[0].Values, "tenant")
+			return v
 		},
 		"pod validation failing open": func(_ *admissionv1.MutatingWebhookConfiguration, v *admissionv1.ValidatingWebhookConfiguration) client.Object {
 			v.Webhooks[1].FailurePolicy = ptr.To(admissionv1.Ignore)
