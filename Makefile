@@ -29,18 +29,22 @@ CHART_VALUES = --set replicas=3,image.repository=registry.example.com/so,image.t
 	--set nodeSelector.pool=system,controller.nodeSelector.pool=system,priorityClassName=system-node-critical \
 	--set controller.priorityClassName=system-cluster-critical,podLabels.team=platform,controller.podAnnotations.team=platform \
 	--set tolerations[0].key=dedicated,tolerations[0].operator=Exists,extraArgs[0]=--zap-log-level=debug,controller.extraEnv[0].name=GOMEMLIMIT \
-	--set controller.extraEnv[0].value=400MiB,podSecurityContext.fsGroup=65532,securityContext.runAsUser=65532
+	--set controller.extraEnv[0].value=400MiB,podSecurityContext.fsGroup=65532,securityContext.runAsUser=65532 \
+	--set webhook.timeoutSeconds=5,webhook.excludeNamespaces[0]=monitoring,serviceMonitor.enabled=true,serviceMonitor.interval=30s \
+	--set serviceMonitor.labels.release=prometheus
 export KUBE_VERSION ETCD_VERSION
 # The version and commit every binary prints (sidecar-operator version): the
 # tag (v0.1.0), what git describe says of a later commit, or the short commit.
 VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
-LDFLAGS = -X github.com/sidecar-operator/sidecar-operator/internal/version.version=$(VERSION) \
+# The scripts make runs (demo, bench) build with it too.
+GO_LDFLAGS = -X github.com/sidecar-operator/sidecar-operator/internal/version.version=$(VERSION) \
 	-X github.com/sidecar-operator/sidecar-operator/internal/version.commit=$(COMMIT)
+export GO_LDFLAGS
 
 .PHONY: build
 build: ## Build bin/sidecar-operator, stamped with VERSION and COMMIT.
-	go build -ldflags "$(LDFLAGS)" -o bin/sidecar-operator ./cmd/sidecar-operator
+	go build -ldflags "$(GO_LDFLAGS)" -o bin/sidecar-operator ./cmd/sidecar-operator
 
 # The index digest is the last line printed, and bin/image/sidecar-operator.digest.
 .PHONY: image

@@ -5,7 +5,7 @@
 # sidecars by a policy, interleaved.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go build -o bin/sidecar-operator ./cmd/sidecar-operator
+go build -ldflags "${GO_LDFLAGS:-}" -o bin/sidecar-operator ./cmd/sidecar-operator
 go build -o bin/bench ./test/bench
 kyverno=${KYVERNO:-}
 if [ -z "$kyverno" ]; then

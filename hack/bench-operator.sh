@@ -3,7 +3,7 @@
 # already holds PODS injected pods (10,000) in NAMESPACES namespaces (1,000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go build -o bin/sidecar-operator ./cmd/sidecar-operator
+go build -ldflags "${GO_LDFLAGS:-}" -o bin/sidecar-operator ./cmd/sidecar-operator
 go build -o bin/bench ./test/bench
 hack/control-plane.sh down >/dev/null
 hack/control-plane.sh up

@@ -17,6 +17,6 @@ go test -run '^$' -bench . -benchmem ./internal/jsonscan ./internal/inject ./int
 	awk '/^Benchmark/ { printf "  %-55s %12s ns/op %8s allocs/op\n", $1, $3, $(NF-1) }'
 
 echo "== HTTP: $(nproc) cores, wrk 1 thread or the Go load generator"
-go build -o bin/sidecar-operator ./cmd/sidecar-operator
+go build -ldflags "${GO_LDFLAGS:-}" -o bin/sidecar-operator ./cmd/sidecar-operator
 go build -o bin/bench ./test/bench
 bin/bench -binary bin/sidecar-operator "$@"

@@ -24,7 +24,7 @@ cleanup() {
 }
 
 echo "== building"
-go build -o bin/sidecar-operator ./cmd/sidecar-operator
+go build -ldflags "${GO_LDFLAGS:-}" -o bin/sidecar-operator ./cmd/sidecar-operator
 go build -o bin/demo ./hack/demo
 echo "== starting the control plane"
 hack/control-plane.sh up

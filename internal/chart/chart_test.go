@@ -330,6 +330,19 @@ func TestChartOnlyValues(t *testing.T) {
 			manager := managerOf(objs, controller)
 			manager["args"] = append(manager["args"].([]any), "--exclude-namespace=monitoring,logging")
 		}},
+		{"serviceMonitor", map[string]any{"serviceMonitor": map[string]any{"enabled": true, "interval": "30s", "labels": map[string]any{"release": "prom"}}},
+			func(objs objects) {
+				objs["ServiceMonitor/ops/sidecar-operator"] = map[string]any{
+					"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+					"metadata": map[string]any{"name": "sidecar-operator", "namespace": "ops", "labels": map[string]any{"release": "prom"}},
+					"spec": map[string]any{
+						"selector": map[string]any{"matchExpressions": []any{map[string]any{"key": "app.kubernetes.io/name", "operator": "In",
+							"values": []any{"sidecar-operator", "sidecar-operator-controller"}}}},
+						"endpoints": []any{map[string]any{"port": "admin", "scheme": "https", "path": "/metrics", "interval": "30s",
+							"bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token", "tlsConfig": map[string]any{"insecureSkipVerify": true}}},
+					},
+				}
+			}},
 		{"imagePullSecrets", map[string]any{"imagePullSecrets": []any{map[string]any{"name": "regcred"}}}, func(objs objects) {
 			for _, id := range []string{deployment, controller} {
 				podSpecOf(objs, id)["imagePullSecrets"] = []any{map[string]any{"name": "regcred"}}
@@ -349,13 +362,14 @@ func TestChartOnlyValues(t *testing.T) {
 func TestSchemaRefusesWhatManifestsRefuses(t *testing.T) {
 	c := loadChart(t)
 	for name, values := range map[string]map[string]any{
-		"cert mode":           {"certMode": "openssl"},
-		"failure policy":      {"webhook": map[string]any{"failurePolicy": "fail"}},
-		"timeout too long":    {"webhook": map[string]any{"timeoutSeconds": 31}},
-		"excluded not a name": {"webhook": map[string]any{"excludeNamespaces": []any{"Team A"}}},
-		"label without value": {"networkPolicy": map[string]any{"adminFromNamespaceLabel": "monitoring"}},
-		"label not a label":   {"networkPolicy": map[string]any{"adminFromNamespaceLabel": "team=a b"}},
-		"no replica":          {"replicas": 0},
+		"cert mode":               {"certMode": "openssl"},
+		"failure policy":          {"webhook": map[string]any{"failurePolicy": "fail"}},
+		"timeout too long":        {"webhook": map[string]any{"timeoutSeconds": 31}},
+		"interval not a duration": {"serviceMonitor": map[string]any{"interval": "often"}},
+		"excluded not a name":     {"webhook": map[string]any{"excludeNamespaces": []any{"Team A"}}},
+		"label without value":     {"networkPolicy": map[string]any{"adminFromNamespaceLabel": "monitoring"}},
+		"label not a label":       {"networkPolicy": map[string]any{"adminFromNamespaceLabel": "team=a b"}},
+		"no replica":              {"replicas": 0},
 		// A single webhook replica blocks pod creation while it restarts.
 		"one replica by chance": {"replicas": 1},
 		"no controller":         {"controller": map[string]any{"replicas": 0}},

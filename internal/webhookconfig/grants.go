@@ -124,51 +124,41 @@ func grantVariables(namespace string) []admissionv1.Variable {
 	}
 	// What a webhook of the configurations may be: one of the operator's,
 	// as it writes them for this install (operatorWebhookCEL), or one it
-	// had, unchanged (an admin may point them elsewhere); in both, with its
-	// conditions among theirs, the scope (matched to a list of names) and
-	// the injecting webhook's pods condition (narrowing what injects, never
-	// what validates: the scope could already send it no pod, and mandatory
-	// Sidecars are the apiserver's to hold). What only tunes a call
-	// (caBundle, timeoutSeconds, reinvocation) may change, so that each
-	// version of the operator can write its own as it is upgraded. None it
-	// had may go.
+	// had, unchanged but for its conditions (an admin may point it
+	// elsewhere). Either way its conditions are its own
+	// (operatorConditionsCEL): on a validating webhook exactly the
+	// operator's; on the injecting one the operator's, the scope (matched
+	// to a list of names) and the pods condition, which narrow what
+	// injects, never what validates (the scope could already send it no
+	// pod, and mandatory Sidecars are the apiserver's to hold). What only
+	// tunes a call (caBundle, timeoutSeconds, reinvocation) may change, so
+	// that each version of the operator can write its own as it is
+	// upgraded. None it had may go.
 	same := func(field string) string { return fmt.Sprintf("w.?%[1]s == o.?%[1]s", field) }
 	target := Target{ServiceNamespace: namespace, ServiceName: ServiceName}
-	var known []string
 	expected := make([]string, 0, 3)
+	conditions := make([]string, 0, 3)
 	for _, w := range Mutating(DefaultName, target, nil, admissionv1.Fail, AllNamespaces, namespace).Webhooks {
-		for _, c := range w.MatchConditions {
-			known = append(known, fmt.Sprintf("[%s, %s]", quotedCEL(c.Name), quotedCEL(c.Expression)))
-		}
 		expected = append(expected, operatorWebhookCEL(w.Name, w.ClientConfig, w.Rules, []admissionv1.FailurePolicyType{admissionv1.Fail, admissionv1.Ignore},
 			w.NamespaceSelector, true))
+		conditions = append(conditions, operatorConditionsCEL(w.Name, w.MatchConditions, true))
 	}
 	for _, w := range Validating(DefaultName, target, nil, namespace).Webhooks {
-		for _, c := range w.MatchConditions {
-			known = append(known, fmt.Sprintf("[%s, %s]", quotedCEL(c.Name), quotedCEL(c.Expression)))
-		}
-		expected = append(expected, operatorWebhookCEL(w.Name, w.ClientConfig, w.Rules, []admissionv1.FailurePolicyType{*w.FailurePolicy}, w.NamespaceSelector, false))
-	}
-	conditions := func(alsoOld bool) string {
-		old := ""
-		if alsoOld {
-			old = "o.?matchConditions.orValue([]).exists(d, d.name == c.name && d.expression == c.expression) || "
-		}
-		return fmt.Sprintf("w.?matchConditions.orValue([]).all(c, c.name == '%[1]s' ? c.expression.matches(%[2]s) : "+
-			"c.name == '%[4]s' && w.name == '%[5]s' || %[6]s[%[3]s].exists(k, k[0] == c.name && k[1] == c.expression))",
-			ScopeCondition, quotedCEL(scopeExpression.String()), strings.Join(known, ", "), PodsCondition, InjectWebhookName, old)
+		expected = append(expected, operatorWebhookCEL(w.Name, w.ClientConfig, w.Rules, []admissionv1.FailurePolicyType{*w.FailurePolicy},
+			w.NamespaceSelector, false))
+		conditions = append(conditions, operatorConditionsCEL(w.Name, w.MatchConditions, false))
 	}
 	unchanged := []string{
 		"w.name == o.name", "w.clientConfig.?url == o.clientConfig.?url", "w.clientConfig.?service == o.clientConfig.?service",
-		same("rules"), same("namespaceSelector"), same("objectSelector"), same("failurePolicy"), conditions(true),
+		same("rules"), same("namespaceSelector"), same("objectSelector"), same("failurePolicy"), same("matchPolicy"), same("sideEffects"),
 	}
 	return []admissionv1.Variable{
 		{Name: "webhookConfiguration", Expression: fmt.Sprintf("request.resource.group == '%s'", admissionv1.GroupName)},
 		// Reinvocation is the mutating webhook's alone.
 		{Name: "webhooksKept", Expression: fmt.Sprintf("!variables.webhookConfiguration || "+
 			"oldObject.?webhooks.orValue([]).all(o, object.?webhooks.orValue([]).exists(w, w.name == o.name)) && "+
-			"object.?webhooks.orValue([]).all(w, (%s) && %s || oldObject.?webhooks.orValue([]).exists(o, %s))",
-			strings.Join(expected, " || "), conditions(false), strings.Join(unchanged, " && "))},
+			"object.?webhooks.orValue([]).all(w, (%s) && ((%s) || oldObject.?webhooks.orValue([]).exists(o, %s)))",
+			strings.Join(conditions, " || "), strings.Join(expected, " || "), strings.Join(unchanged, " && "))},
 		{Name: "annotationsKept", Expression: fmt.Sprintf("!variables.webhookConfiguration || "+
 			"oldObject.metadata.?annotations.orValue({}).all(k, k == '%[1]s' || object.metadata.?annotations.orValue({})[?k] == oldObject.metadata.annotations[?k]) && "+
 			"object.metadata.?annotations.orValue({}).all(k, k == '%[1]s' || k in oldObject.metadata.?annotations.orValue({})) && "+
@@ -375,7 +365,7 @@ func operatorWebhookCEL(name string, cc admissionv1.WebhookClientConfig, rules [
 		}
 		return "[" + strings.Join(quoted, ", ") + "]"
 	}
-	terms := make([]string, 0, 11+len(rules)+len(sel.MatchExpressions))
+	terms := make([]string, 0, 13+len(rules)+len(sel.MatchExpressions))
 	terms = append(terms,
 		"w.name == "+quotedCEL(name),
 		"!has(w.clientConfig.url)",
@@ -387,6 +377,8 @@ func operatorWebhookCEL(name string, cc admissionv1.WebhookClientConfig, rules [
 		"w.?objectSelector.?matchLabels.orValue({}).size() == 0 && w.?objectSelector.?matchExpressions.orValue([]).size() == 0",
 		"w.?namespaceSelector.?matchLabels.orValue({}).size() == 0",
 		fmt.Sprintf("w.?namespaceSelector.?matchExpressions.orValue([]).size() == %d", len(sel.MatchExpressions)),
+		"w.?matchPolicy.orValue('Equivalent') == 'Equivalent'",
+		"w.sideEffects == 'None'",
 	)
 	policyNames := make([]string, len(policies))
 	for i, p := range policies {
@@ -412,6 +404,28 @@ func operatorWebhookCEL(name string, cc admissionv1.WebhookClientConfig, rules [
 			quotedCEL(e.Key), quotedCEL(string(e.Operator)), values))
 	}
 	return strings.Join(terms, " && ")
+}
+
+// operatorConditionsCEL is CEL for whether the webhook w, if named name,
+// has only the matchConditions the operator gives it, conditions: all of
+// them, on a validating webhook; on the injecting one (injecting), any of
+// them, the scope and the pods condition. A condition moved to another
+// webhook, the scope on a validating one say, would let it pass over pods
+// or Sidecars it must judge.
+func operatorConditionsCEL(name string, conditions []admissionv1.MatchCondition, injecting bool) string {
+	known := make([]string, len(conditions))
+	for i, c := range conditions {
+		known[i] = fmt.Sprintf("[%s, %s]", quotedCEL(c.Name), quotedCEL(c.Expression))
+	}
+	list := "[" + strings.Join(known, ", ") + "]"
+	if !injecting {
+		return fmt.Sprintf("w.name == %[1]s && w.?matchConditions.orValue([]).size() == %[2]d && "+
+			"%[3]s.all(k, w.?matchConditions.orValue([]).exists(c, c.name == k[0] && c.expression == k[1]))",
+			quotedCEL(name), len(conditions), list)
+	}
+	return fmt.Sprintf("w.name == %[1]s && w.?matchConditions.orValue([]).all(c, c.name == '%[2]s' ? c.expression.matches(%[3]s) : "+
+		"c.name == '%[4]s' || %[5]s.exists(k, k[0] == c.name && k[1] == c.expression))",
+		quotedCEL(name), ScopeCondition, quotedCEL(scopeExpression.String()), PodsCondition, list)
 }
 
 // quotedCEL is s as a raw CEL string literal, triple double-quoted: s,

@@ -5,7 +5,6 @@ package webhookconfig
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -16,8 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	admissionv1ac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,15 +27,12 @@ import (
 // RBAC cannot scope create by name, and a token that could would register
 // webhooks of any name. Outside a cluster, run with credentials that may.
 // They are read (the cache lists and watches them by metadata.name) and
-// written only by name (patch: server-side apply of their webhooks), so
-// --webhook-config-name needs this changed. The Service's EndpointSlices
+// updated only by name, so --webhook-config-name needs this changed. The Service's EndpointSlices
 // say when a replica answers (Answering).
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update,resourceNames=sidecar-operator
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update,resourceNames=sidecar-operator
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=patch,resourceNames=sidecar-operator
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=patch,resourceNames=sidecar-operator
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=sidecar-operator-system,resources=leases,verbs=get;create;update
-// +kubebuilder:rbac:groups=discovery.k8s.io,namespace=sidecar-operator-system,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,namespace=sidecar-operator-system,resources=endpointslices,verbs=list;watch
 
 // DefaultName names both configurations.
 const DefaultName = "sidecar-operator"
@@ -70,8 +64,9 @@ func Installed() (*admissionv1.MutatingWebhookConfiguration, *admissionv1.Valida
 }
 
 // FieldManager is the field manager of the operator's writes of its
-// webhooks, by server-side apply: one purpose, and no field the installer
-// renders.
+// webhooks: one purpose, and no field the installer renders. An update owns
+// only the fields it changes, so the metadata it writes back as read stays
+// the installer's.
 const FieldManager = "sidecar-operator-webhooks"
 
 // Writing says what keeping a configuration may do besides bringing the
@@ -319,51 +314,51 @@ func PodValidationNamespaces(excludeNamespaces ...string) *metav1.LabelSelector 
 // EnsureValidating is EnsureMutating for the validating configuration.
 func EnsureValidating(ctx context.Context, c client.Client, want *admissionv1.ValidatingWebhookConfiguration, w Writing) error {
 	return ensure(ctx, c, "ValidatingWebhookConfiguration", want, &admissionv1.ValidatingWebhookConfiguration{},
-		func(o *admissionv1.ValidatingWebhookConfiguration) []admissionv1.ValidatingWebhook { return o.Webhooks },
-		func(h *admissionv1.ValidatingWebhook) (string, *[]byte) { return h.Name, &h.ClientConfig.CABundle },
-		admissionv1ac.ValidatingWebhookConfiguration, w)
+		func(o *admissionv1.ValidatingWebhookConfiguration) *[]admissionv1.ValidatingWebhook {
+			return &o.Webhooks
+		},
+		func(h *admissionv1.ValidatingWebhook) (string, *[]byte) { return h.Name, &h.ClientConfig.CABundle }, w)
 }
 
-// EnsureMutating brings the operator's webhooks in an existing
-// configuration to the desired ones, by server-side apply as FieldManager,
-// and creates a missing configuration if w.Create. It adds them to a
-// configuration that holds none only if w.Add. A desired webhook with no
-// caBundle keeps the one it has: cert-manager's CA injector sets it, or the
-// certificates' publish. The write is conditional on the configuration
-// read, so that a caBundle changed meanwhile is not put back.
+// EnsureMutating brings the webhooks of an existing configuration to the
+// desired ones, as FieldManager, and creates a missing configuration if
+// w.Create. It adds them to a configuration that holds none of them only if
+// w.Add. A desired webhook with no caBundle keeps the one it has:
+// cert-manager's CA injector sets it, or the certificates' publish. The
+// write replaces the webhooks whole, so a webhook or a condition someone
+// else added goes, and is conditional on the configuration read, so a
+// caBundle changed meanwhile is not put back; the metadata, the
+// installer's, is written as read.
 func EnsureMutating(ctx context.Context, c client.Client, want *admissionv1.MutatingWebhookConfiguration, w Writing) error {
 	return ensure(ctx, c, "MutatingWebhookConfiguration", want, &admissionv1.MutatingWebhookConfiguration{},
-		func(o *admissionv1.MutatingWebhookConfiguration) []admissionv1.MutatingWebhook { return o.Webhooks },
-		func(h *admissionv1.MutatingWebhook) (string, *[]byte) { return h.Name, &h.ClientConfig.CABundle },
-		admissionv1ac.MutatingWebhookConfiguration, w)
-}
-
-// applied is an apply configuration of a webhook configuration.
-type applied[AC any] interface {
-	runtime.ApplyConfiguration
-	WithResourceVersion(string) AC
+		func(o *admissionv1.MutatingWebhookConfiguration) *[]admissionv1.MutatingWebhook { return &o.Webhooks },
+		func(h *admissionv1.MutatingWebhook) (string, *[]byte) { return h.Name, &h.ClientConfig.CABundle }, w)
 }
 
 // ensure is EnsureMutating for a configuration of type C, read into have,
-// whose webhooks, of type W, webhooks returns and field names and points at
-// the caBundle of.
-func ensure[C client.Object, W any, AC applied[AC]](ctx context.Context, c client.Client, kind string, want, have C,
-	webhooks func(C) []W, field func(*W) (string, *[]byte), newApplied func(string) AC, w Writing) error {
+// whose webhooks, of type W, webhooks points at, and field names one and
+// points at its caBundle.
+func ensure[C client.Object, W any](ctx context.Context, c client.Client, kind string, want, have C,
+	webhooks func(C) *[]W, field func(*W) (string, *[]byte), w Writing) error {
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), have)
 	if apierrors.IsNotFound(err) {
 		if !w.Create {
 			return errNotInstalled(kind, want.GetName())
 		}
-		return apply(ctx, c, kind, webhooks(want), newApplied(want.GetName()))
+		return c.Create(ctx, want, client.FieldOwner(FieldManager))
 	}
 	if err != nil {
 		return fmt.Errorf("reading %s %s: %w", kind, want.GetName(), err)
 	}
-	desired, holds := withCABundles(webhooks(want), webhooks(have), field)
-	if !w.Add && !holds || equality.Semantic.DeepEqual(webhooks(have), desired) {
+	desired, holds := withCABundles(*webhooks(want), *webhooks(have), field)
+	if !w.Add && !holds || equality.Semantic.DeepEqual(*webhooks(have), desired) {
 		return nil
 	}
-	return apply(ctx, c, kind, desired, newApplied(want.GetName()).WithResourceVersion(have.GetResourceVersion()))
+	*webhooks(have) = desired
+	if err := c.Update(ctx, have, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("writing the webhooks of %s %s: %w", kind, want.GetName(), err)
+	}
+	return nil
 }
 
 // withCABundles returns the desired webhooks, each without a caBundle
@@ -384,25 +379,6 @@ func withCABundles[W any](desired, have []W, field func(*W) (string, *[]byte)) (
 		}
 	}
 	return out, holds
-}
-
-// apply writes the webhooks into the configuration ac names, by
-// server-side apply as FieldManager, forcing ownership of them, and
-// nothing else of it: the installer's fields stay the installer's.
-func apply[W any](ctx context.Context, c client.Client, kind string, webhooks []W, ac runtime.ApplyConfiguration) error {
-	data, err := json.Marshal(struct {
-		Webhooks []W `json:"webhooks"`
-	}{webhooks})
-	if err == nil {
-		err = json.Unmarshal(data, ac)
-	}
-	if err == nil {
-		err = c.Apply(ctx, ac, client.FieldOwner(FieldManager), client.ForceOwnership)
-	}
-	if err != nil {
-		return fmt.Errorf("writing the webhooks of %s: %w", kind, err)
-	}
-	return nil
 }
 
 // Answering reports whether a replica of the webhook answers at t: at a URL,
