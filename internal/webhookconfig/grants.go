@@ -139,18 +139,19 @@ func grantVariables(namespace string) []admissionv1.Variable {
 	expected := make([]string, 0, 3)
 	conditions := make([]string, 0, 3)
 	for _, w := range Mutating(DefaultName, target, nil, admissionv1.Fail, AllNamespaces, namespace).Webhooks {
-		expected = append(expected, operatorWebhookCEL(w.Name, w.ClientConfig, w.Rules, []admissionv1.FailurePolicyType{admissionv1.Fail, admissionv1.Ignore},
-			w.NamespaceSelector, true))
+		expected = append(expected, "request.resource.resource == 'mutatingwebhookconfigurations' && "+operatorWebhookCEL(w.Name, w.ClientConfig, w.Rules,
+			w.AdmissionReviewVersions, []admissionv1.FailurePolicyType{admissionv1.Fail, admissionv1.Ignore}, w.NamespaceSelector, true))
 		conditions = append(conditions, operatorConditionsCEL(w.Name, w.MatchConditions, true))
 	}
 	for _, w := range Validating(DefaultName, target, nil, namespace).Webhooks {
-		expected = append(expected, operatorWebhookCEL(w.Name, w.ClientConfig, w.Rules, []admissionv1.FailurePolicyType{*w.FailurePolicy},
-			w.NamespaceSelector, false))
+		expected = append(expected, "request.resource.resource == 'validatingwebhookconfigurations' && "+operatorWebhookCEL(w.Name, w.ClientConfig, w.Rules,
+			w.AdmissionReviewVersions, []admissionv1.FailurePolicyType{*w.FailurePolicy}, w.NamespaceSelector, false))
 		conditions = append(conditions, operatorConditionsCEL(w.Name, w.MatchConditions, false))
 	}
 	unchanged := []string{
 		"w.name == o.name", "w.clientConfig.?url == o.clientConfig.?url", "w.clientConfig.?service == o.clientConfig.?service",
 		same("rules"), same("namespaceSelector"), same("objectSelector"), same("failurePolicy"), same("matchPolicy"), same("sideEffects"),
+		same("admissionReviewVersions"),
 	}
 	return []admissionv1.Variable{
 		{Name: "webhookConfiguration", Expression: fmt.Sprintf("request.resource.group == '%s'", admissionv1.GroupName)},
@@ -162,7 +163,12 @@ func grantVariables(namespace string) []admissionv1.Variable {
 		{Name: "annotationsKept", Expression: fmt.Sprintf("!variables.webhookConfiguration || "+
 			"oldObject.metadata.?annotations.orValue({}).all(k, k == '%[1]s' || object.metadata.?annotations.orValue({})[?k] == oldObject.metadata.annotations[?k]) && "+
 			"object.metadata.?annotations.orValue({}).all(k, k == '%[1]s' || k in oldObject.metadata.?annotations.orValue({})) && "+
-			"object.metadata.?labels == oldObject.metadata.?labels", v1alpha1.AnnotationCAFingerprints)},
+			"object.metadata.?labels == oldObject.metadata.?labels && "+
+			// An owner the garbage collector finds gone would delete the
+			// configuration, which the identity may not; a finalizer would
+			// keep it past helm uninstall.
+			"object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && "+
+			"object.metadata.?finalizers == oldObject.metadata.?finalizers", v1alpha1.AnnotationCAFingerprints)},
 		// An upgrade in place (validation.Pod judges the rest): of a pod
 		// that carries a record, where pods are validated, changing nothing
 		// but the record and the images of containers the record names
@@ -253,8 +259,11 @@ func grantValidations(namespace string) []admissionv1.Validation {
 		{
 			// It may create pods (dry runs), which the author policy counts
 			// as the right to inject into them: it must not author Sidecars.
+			// Nor give one an owner, which the garbage collector, finding it
+			// gone, would delete the Sidecar for.
 			Expression: "!variables.sidecar || object.spec == oldObject.spec && object.metadata.?labels == oldObject.metadata.?labels && " +
-				"object.metadata.?annotations == oldObject.metadata.?annotations",
+				"object.metadata.?annotations == oldObject.metadata.?annotations && " +
+				"object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences",
 			Message: "the operator changes only a Sidecar's finalizers and status",
 			Reason:  forbidden,
 		},
@@ -356,7 +365,7 @@ func workloadFieldsKept() string {
 // fewer: its name requirement may exclude more (--exclude-namespace, which
 // narrows injection, never validation). What only tunes a call (caBundle,
 // timeoutSeconds, reinvocation) is free.
-func operatorWebhookCEL(name string, cc admissionv1.WebhookClientConfig, rules []admissionv1.RuleWithOperations,
+func operatorWebhookCEL(name string, cc admissionv1.WebhookClientConfig, rules []admissionv1.RuleWithOperations, reviewVersions []string,
 	policies []admissionv1.FailurePolicyType, sel *metav1.LabelSelector, fewer bool) string {
 	strs := func(values []string) string {
 		quoted := make([]string, len(values))
@@ -365,7 +374,7 @@ func operatorWebhookCEL(name string, cc admissionv1.WebhookClientConfig, rules [
 		}
 		return "[" + strings.Join(quoted, ", ") + "]"
 	}
-	terms := make([]string, 0, 13+len(rules)+len(sel.MatchExpressions))
+	terms := make([]string, 0, 14+len(rules)+len(sel.MatchExpressions))
 	terms = append(terms,
 		"w.name == "+quotedCEL(name),
 		"!has(w.clientConfig.url)",
@@ -379,6 +388,7 @@ func operatorWebhookCEL(name string, cc admissionv1.WebhookClientConfig, rules [
 		fmt.Sprintf("w.?namespaceSelector.?matchExpressions.orValue([]).size() == %d", len(sel.MatchExpressions)),
 		"w.?matchPolicy.orValue('Equivalent') == 'Equivalent'",
 		"w.sideEffects == 'None'",
+		"w.admissionReviewVersions == "+strs(reviewVersions),
 	)
 	policyNames := make([]string, len(policies))
 	for i, p := range policies {
