@@ -35,9 +35,9 @@ type Scope struct {
 }
 
 // AllNamespaces is the scope that narrows nothing: that of a Sidecar with no
-// namespaceSelector, and of the installed configurations, which the operator
-// narrows once it runs. Re-applying the install then never leaves a pod
-// uninjected: it sends too many, not too few.
+// namespaceSelector, and of a webhook written before the Sidecars are read
+// (the grant policy's template of the operator's webhooks, the status
+// controller's view): it sends too many, never too few.
 var AllNamespaces = Scope{all: true}
 
 // ScopeOf computes the scope from every Sidecar and every namespace as
@@ -179,11 +179,9 @@ func LoadScope(ctx context.Context, r client.Reader) (Scope, error) {
 const PodsCondition = "selected-by-a-sidecar"
 
 // ScopeCondition names the mutating webhook's matchCondition that holds the
-// scope. A matchCondition and not a namespaceSelector term, because the
-// installer renders the namespaceSelector and the operator adds this entry:
-// matchConditions are a list keyed by name, so Helm's server-side apply of
-// the chart leaves the entry the operator wrote alone, where it would
-// conflict with the operator's own value of a namespaceSelector.
+// scope. A matchCondition and not a namespaceSelector term: the grant
+// policy holds the namespaceSelector to what the install gives it, and this
+// condition, by its name, to a list of names (scopeExpression).
 const ScopeCondition = "in-a-namespace-a-sidecar-selects"
 
 // scopeExpression matches what matchConditions writes: namespace names are
