@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,6 +54,7 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/podcache"
 	"github.com/sidecar-operator/sidecar-operator/internal/scheme"
 	"github.com/sidecar-operator/sidecar-operator/internal/secrets"
+	"github.com/sidecar-operator/sidecar-operator/internal/version"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
@@ -63,10 +65,7 @@ import (
 
 // Run completes and validates opts, starts the manager and blocks until ctx is done.
 func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
-	if err := opts.Complete(); err != nil {
-		return err
-	}
-	if err := opts.Validate(); err != nil {
+	if err := check(cfg, &opts); err != nil {
 		return err
 	}
 	// Writes grow with namespaces, one RoleBinding each: client-go's default
@@ -345,4 +344,39 @@ func upgraderUser(ctx context.Context, cfg *rest.Config, opts Options) (string, 
 		return "", fmt.Errorf("asking the apiserver who this process is: %w", err)
 	}
 	return review.Status.UserInfo.Username, nil
+}
+
+// check completes and validates the options, then checks the cluster,
+// before anything starts.
+func check(cfg *rest.Config, opts *Options) error {
+	if err := opts.Complete(); err != nil {
+		return err
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	return checkKubernetes(cfg)
+}
+
+// checkKubernetes refuses to start against an apiserver older than this
+// release supports, naming both versions, and says so of one newer than it
+// was tested on.
+func checkKubernetes(cfg *rest.Config) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	info, err := dc.ServerVersion()
+	if err != nil {
+		return fmt.Errorf("reading the apiserver's version: %w", err)
+	}
+	newer, err := version.CheckKubernetes(info.Major, info.Minor, info.GitVersion)
+	if err != nil {
+		return err
+	}
+	if newer {
+		ctrl.Log.WithName("operator").Info("the apiserver is newer than this release was tested on", "kubernetes", info.GitVersion,
+			"tested", version.MinKubernetes+" to "+version.MaxKubernetes)
+	}
+	return nil
 }
