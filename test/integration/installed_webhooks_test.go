@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -25,21 +26,7 @@ func TestAttackStolenTokenWritesWebhooksOfItsOwn(t *testing.T) {
 	op, _, _ := bindOperatorRoles(t, k8s, cfg, webhookconfig.GrantingServiceAccount, "controller")
 	installGrantPolicy(t, k8s, op)
 	target := webhookconfig.Target{ServiceNamespace: operatorNamespace, ServiceName: webhookconfig.ServiceName, TimeoutSeconds: 7}
-	own := func(excluded ...string) (*admissionv1.MutatingWebhookConfiguration, *admissionv1.ValidatingWebhookConfiguration) {
-		var m admissionv1.MutatingWebhookConfiguration
-		var v admissionv1.ValidatingWebhookConfiguration
-		if err := op.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &m); err != nil {
-			t.Fatal(err)
-		}
-		if err := op.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &v); err != nil {
-			t.Fatal(err)
-		}
-		m.Webhooks = webhookconfig.Mutating(webhookConfigName, target, []byte("ca"), admissionv1.Ignore, webhookconfig.AllNamespaces,
-			append([]string{operatorNamespace}, excluded...)...).Webhooks
-		v.Webhooks = webhookconfig.Validating(webhookConfigName, target, []byte("ca"), operatorNamespace).Webhooks
-		return &m, &v
-	}
-	m, v := own("monitoring")
+	m, v := ownWebhooks(t, op, target, admissionv1.Ignore, "monitoring")
 	for _, obj := range []client.Object{m, v} {
 		if err := op.Update(ctx, obj, client.DryRunAll); err != nil {
 			t.Errorf("the controllers write their own webhooks (%T), for the install, more namespaces excluded from injection: %v", obj, err)
@@ -92,7 +79,7 @@ func TestAttackStolenTokenWritesWebhooksOfItsOwn(t *testing.T) {
 	}
 	for name, attack := range attacks {
 		t.Run(name, func(t *testing.T) {
-			m, v := own()
+			m, v := ownWebhooks(t, op, target, admissionv1.Ignore)
 			if err := op.Update(ctx, attack(m, v), client.DryRunAll); err == nil {
 				t.Errorf("HOLE: the controllers' identity wrote %s", name)
 			} else {
@@ -100,4 +87,23 @@ func TestAttackStolenTokenWritesWebhooksOfItsOwn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ownWebhooks are the configurations as read by c, with the operator's own
+// webhooks for the install at target, injection under policy and leaving
+// out the excluded namespaces beside the operator's.
+func ownWebhooks(t *testing.T, c client.Client, target webhookconfig.Target, policy admissionv1.FailurePolicyType, excluded ...string) (
+	*admissionv1.MutatingWebhookConfiguration, *admissionv1.ValidatingWebhookConfiguration,
+) {
+	t.Helper()
+	ctx := context.Background()
+	var m admissionv1.MutatingWebhookConfiguration
+	var v admissionv1.ValidatingWebhookConfiguration
+	if err := errors.Join(c.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &m), c.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &v)); err != nil {
+		t.Fatal(err)
+	}
+	m.Webhooks = webhookconfig.Mutating(webhookConfigName, target, []byte("ca"), policy, webhookconfig.AllNamespaces,
+		append([]string{operatorNamespace}, excluded...)...).Webhooks
+	v.Webhooks = webhookconfig.Validating(webhookConfigName, target, []byte("ca"), operatorNamespace).Webhooks
+	return &m, &v
 }

@@ -19,25 +19,6 @@ import (
 	"github.com/sidecar-operator/sidecar-operator/internal/webhookconfig"
 )
 
-// review7Own are the configurations as read, with the operator's own
-// webhooks for the install (the Service), as the installer-side test does.
-func review7Own(t *testing.T, op client.Client) (*admissionv1.MutatingWebhookConfiguration, *admissionv1.ValidatingWebhookConfiguration) {
-	t.Helper()
-	ctx := context.Background()
-	target := webhookconfig.Target{ServiceNamespace: operatorNamespace, ServiceName: webhookconfig.ServiceName}
-	var m admissionv1.MutatingWebhookConfiguration
-	var v admissionv1.ValidatingWebhookConfiguration
-	if err := op.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &m); err != nil {
-		t.Fatal(err)
-	}
-	if err := op.Get(ctx, client.ObjectKey{Name: webhookConfigName}, &v); err != nil {
-		t.Fatal(err)
-	}
-	m.Webhooks = webhookconfig.Mutating(webhookConfigName, target, []byte("ca"), admissionv1.Fail, webhookconfig.AllNamespaces, operatorNamespace).Webhooks
-	v.Webhooks = webhookconfig.Validating(webhookConfigName, target, []byte("ca"), operatorNamespace).Webhooks
-	return &m, &v
-}
-
 // review7Conditions are the operator's own matchConditions by name, as it
 // writes them on any of its webhooks.
 func review7Conditions() map[string]admissionv1.MatchCondition {
@@ -80,7 +61,7 @@ func TestReview7WebhooksOperatorConditionsMovedToValidation(t *testing.T) {
 	installGrantPolicy(t, k8s, op)
 	known := review7Conditions()
 
-	_, v := review7Own(t, op)
+	_, v := ownWebhooks(t, op, webhookconfig.Target{ServiceNamespace: operatorNamespace, ServiceName: webhookconfig.ServiceName}, admissionv1.Fail)
 	if err := op.Update(ctx, v, client.DryRunAll); err != nil {
 		t.Fatalf("the controllers write their own validating webhooks: %v", err)
 	}
@@ -118,7 +99,7 @@ func TestReview7WebhooksOperatorConditionsMovedToValidation(t *testing.T) {
 				t.Fatalf("no operator condition for %s", a.name)
 			}
 			// The operator's own webhooks (for the install), with the condition.
-			_, v := review7Own(t, op)
+			_, v := ownWebhooks(t, op, webhookconfig.Target{ServiceNamespace: operatorNamespace, ServiceName: webhookconfig.ServiceName}, admissionv1.Fail)
 			w := review7Webhook(v, a.webhook)
 			w.MatchConditions = append(w.MatchConditions, a.cond)
 			if err := op.Update(ctx, v, client.DryRunAll); err == nil {
@@ -183,7 +164,7 @@ func TestReview7WebhooksUncheckedFields(t *testing.T) {
 	}
 	for name, attack := range attacks {
 		t.Run(name, func(t *testing.T) {
-			m, v := review7Own(t, op)
+			m, v := ownWebhooks(t, op, webhookconfig.Target{ServiceNamespace: operatorNamespace, ServiceName: webhookconfig.ServiceName}, admissionv1.Fail)
 			if err := op.Update(ctx, attack(m, v), client.DryRunAll); err == nil {
 				// Denial of service only: the token can already fail every call with a caBundle.
 				t.Logf("admitted (denial of service at most, as a caBundle already gives): %s", name)

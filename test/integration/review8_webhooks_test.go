@@ -65,7 +65,7 @@ func TestReview8WebhookConfigurationMetadata(t *testing.T) {
 	}
 	for name, attack := range attacks {
 		t.Run(name, func(t *testing.T) {
-			m, v := review7Own(t, op)
+			m, v := ownWebhooks(t, op, webhookconfig.Target{ServiceNamespace: operatorNamespace, ServiceName: webhookconfig.ServiceName}, admissionv1.Fail)
 			// Baseline: the operator's own webhooks are admitted.
 			if err := op.Update(ctx, m.DeepCopy(), client.DryRunAll); err != nil {
 				t.Fatalf("the controllers write their own mutating webhooks: %v", err)
@@ -235,7 +235,7 @@ func TestReview8WebhookShapes(t *testing.T) {
 	}
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
-			m, v := review7Own(t, op)
+			m, v := ownWebhooks(t, op, webhookconfig.Target{ServiceNamespace: operatorNamespace, ServiceName: webhookconfig.ServiceName}, admissionv1.Fail)
 			err := op.Update(ctx, a.do(m, v), client.DryRunAll)
 			switch {
 			case err == nil && a.harmful:
