@@ -20,7 +20,7 @@ var version, commit string
 
 // The Kubernetes minors this release supports: those its tests run against.
 const (
-	MinKubernetes = "1.37"
+	MinKubernetes = "1.34"
 	MaxKubernetes = "1.37"
 )
 

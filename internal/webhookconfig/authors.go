@@ -3,6 +3,7 @@ package webhookconfig
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -114,6 +115,10 @@ func authorVariables() []admissionv1.Variable {
   'names': dyn(r.?resourceNames.orValue([]).size() == 0 ? [''] : r.resourceNames),
   'urls': dyn(r.?nonResourceURLs.orValue([]))})`, field)
 	}
+	// Each rule's requests as five lists whose product they are: the
+	// resource requests of every rule, then its nonResourceURL requests.
+	segments := `variables.rules.map(r, {'path': r.path, 'd': dyn([r.groups, r.resources, r.verbs, r.names, dyn([''])])}) +
+  variables.rules.map(r, {'path': r.path, 'd': dyn([dyn(['']), dyn(['']), r.verbs, dyn(['']), r.urls])})`
 	size := "(double(size(r.groups)) * double(size(r.resources)) * double(size(r.verbs)) * double(size(r.names)) + double(size(r.urls)) * double(size(r.verbs)))"
 	return []admissionv1.Variable{
 		{Name: "user", Expression: "request.userInfo.username"},
@@ -124,9 +129,11 @@ func authorVariables() []admissionv1.Variable {
 		// name, nonResourceURL]: apiGroups × resources × verbs ×
 		// resourceNames, then nonResourceURLs × verbs. Wildcards stay
 		// literal: the authorizer allows "*" only to one who holds "*".
-		{Name: "requests", Expression: fmt.Sprintf(`variables.requestCount > %d.0 ? [] : variables.rules.map(r,
-  r.groups.map(g, r.resources.map(res, r.verbs.map(v, r.names.map(n, [string(r.path[0]), string(g), string(res), string(v), string(n), '']))))).flatten(4) +
-  variables.rules.map(r, r.urls.map(u, r.verbs.map(v, [string(r.path[0]), '', '', string(v), '', string(u)]))).flatten(2)`, MaxGrantedRequests)},
+		{Name: "parts", Expression: fmt.Sprintf(`variables.requestCount > %d.0 ? [] : (%s).map(s, {'path': s.path, 'd': s.d,
+  'n': dyn(size(s.d[0]) * size(s.d[1]) * size(s.d[2]) * size(s.d[3]) * size(s.d[4]))}).filter(p, p.n > 0)`, MaxGrantedRequests, segments)},
+		// Where each part's requests begin in the list of all.
+		{Name: "starts", Expression: "variables.parts.transformList(i, p, variables.parts.transformList(j, q, j < i ? q.n : 0).sum())"},
+		{Name: "requests", Expression: requestsCEL()},
 		// Holding escalate and bind on clusterroles lets one write any role
 		// and bind it, as in Kubernetes; the operator does both for the author.
 		{Name: "unbounded", Expression: "authorizer.group('rbac.authorization.k8s.io').resource('clusterroles').check('escalate').allowed() && " +
@@ -143,6 +150,37 @@ func authorVariables() []admissionv1.Variable {
     object.spec.namespaceSelector.matchExpressions[0].values.size() <= %[2]d ? object.spec.namespaceSelector.matchExpressions[0].values :
   ['']`, corev1.LabelMetadataName, MaxNamedNamespaces)},
 	}
+}
+
+// requestsCEL lists the k-th request for each k below the count: the part it
+// falls in (the last that starts at or before k), then its offset there read
+// as mixed-radix digits over the part's five lists, the last fastest. Not
+// .flatten(): that is ext.Lists version 3, which a 1.34 apiserver does not
+// compile (it checks new expressions at compatibility version 1.33).
+func requestsCEL() string {
+	ks := make([]string, MaxGrantedRequests)
+	for k := range ks {
+		ks[k] = fmt.Sprint(k)
+	}
+	// radix(m) is the offset po[1] in part po[0] over the lists after m.
+	radix := func(from int) string {
+		f := make([]string, 0, 4)
+		for m := 4; m > from; m-- {
+			f = append(f, fmt.Sprintf("size(po[0].d[%d])", m))
+		}
+		if len(f) == 0 {
+			return "po[1]"
+		}
+		return "po[1] / (" + strings.Join(f, " * ") + ")"
+	}
+	digits := make([]string, 5)
+	for m := range digits {
+		digits[m] = fmt.Sprintf("string(po[0].d[%[1]d][%[2]s %% size(po[0].d[%[1]d])])", m, radix(m))
+	}
+	return fmt.Sprintf(`[%s].filter(k, double(k) < variables.requestCount && size(variables.parts) > 0)
+  .map(k, [k, variables.starts.filter(s, s <= k).size() - 1])
+  .map(ki, [dyn(variables.parts[ki[1]]), dyn(ki[0] - variables.starts[ki[1]])])
+  .map(po, [string(po[0].path[0]), %s])`, strings.Join(ks, ", "), strings.Join(digits, ", "))
 }
 
 func authorValidations() []admissionv1.Validation {
