@@ -2,7 +2,11 @@
 SHELL := /usr/bin/env bash -o pipefail
 .DEFAULT_GOAL := build
 
-KUBE_VERSION ?= 1.37.0
+# One version per supported Kubernetes minor (hack/kube-versions.txt); the
+# newest is the default, and a minor (KUBE_VERSION=1.34) stands for its own.
+KUBE_VERSIONS := $(shell grep -v '^\#' hack/kube-versions.txt)
+KUBE_VERSION ?= $(lastword $(KUBE_VERSIONS))
+override KUBE_VERSION := $(or $(filter $(KUBE_VERSION).%,$(KUBE_VERSIONS)),$(KUBE_VERSION))
 ETCD_VERSION ?= 3.6.8
 ASSETS = $(CURDIR)/bin/k8s/$(KUBE_VERSION)-$(ETCD_VERSION)
 # Pinned Go tools, installed into bin/tools by hack/tool.sh, which says when
@@ -120,6 +124,14 @@ test: lint verify-generated control-plane test-monitoring test-chart ## Everythi
 	@hack/release-images.sh >/dev/null
 	KUBEBUILDER_ASSETS=$(ASSETS) KYVERNO=$$(hack/build-kyverno.sh) CHROMIUM=$$(hack/ensure-chromium.sh) go test -race -count=1 -timeout 30m ./...
 	$(MAKE) --no-print-directory test-fuzz
+	go run ./hack/compat -versions $(firstword $(KUBE_VERSIONS))
+
+# Below the range: the newest 1.33, whose apiserver run must refuse.
+KUBE_BELOW = 1.33.13
+
+.PHONY: test-compat
+test-compat: ## Against every supported Kubernetes minor (hack/kube-versions.txt): the compatibility subset (hack/compat/subset.go) of test/integration and test/node, and run's refusal of 1.33; writes the support matrix into docs/install.md.
+	go run ./hack/compat -versions $(shell echo $(KUBE_VERSIONS) | tr ' ' ,) -below $(KUBE_BELOW) -doc docs/install.md
 
 .PHONY: test-monitoring
 test-monitoring: ## config/monitoring: promtool checks the alert rules and the dashboard's queries, and runs the alerts' unit tests.

@@ -10,11 +10,11 @@
 # command's output shows only if a build fails.
 set -euo pipefail
 
-KUBE_VERSION=${KUBE_VERSION:-1.37.0}
 ETCD_VERSION=${ETCD_VERSION:-3.6.8}
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=hack/lib.sh
 . "$root/hack/lib.sh"
+KUBE_VERSION=$(kube_version)
 out="$root/bin/k8s/$KUBE_VERSION-$ETCD_VERSION"
 
 kube_cmds=(kube-apiserver kube-controller-manager)

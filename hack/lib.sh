@@ -7,6 +7,18 @@
 # own, so that it never touches a control plane started by hand.
 state=${STATE_DIR:-$root/.local}
 
+# kube_version prints the Kubernetes version to build and run: KUBE_VERSION,
+# where a minor (1.34) stands for its version in hack/kube-versions.txt, else
+# that file's last (newest) line.
+kube_version() {
+  local versions; versions=$(grep -v '^#' "$root/hack/kube-versions.txt")
+  if [ -z "${KUBE_VERSION:-}" ]; then
+    tail -1 <<< "$versions"
+  else
+    grep -m1 "^${KUBE_VERSION//./\\.}\\." <<< "$versions" || echo "$KUBE_VERSION"
+  fi
+}
+
 # daemon name command...: runs the command in the background, its output in
 # $state/<name>.log and its pid in $state/<name>.pid. In a session of its own,
 # so that a Ctrl-C meant for the caller (go test, the demo) does not stop it

@@ -2,14 +2,17 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	admissionv1beta1 "k8s.io/api/admissionregistration/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,16 +96,26 @@ func TestVerifyListsTheAdmissionChain(t *testing.T) {
 		otherMutatingWebhook("aaa-first", ns, "https://"+closed, admissionv1.IfNeededReinvocationPolicy),
 	}
 	policy, binding := cpuRequestPolicy("chain-cpu-request", ns)
+	// v1, or v1beta1 on a 1.34 or 1.35 apiserver (the suite turns it on).
+	var policyNote string
 	policyServed := true
 	if err := k8s.Create(ctx, policy); meta.IsNoMatchError(err) {
-		policyServed = false
+		betaPolicy, betaBinding := asBeta(t, policy, &admissionv1beta1.MutatingAdmissionPolicy{}), asBeta(t, binding, &admissionv1beta1.MutatingAdmissionPolicyBinding{})
+		if err := k8s.Create(ctx, betaPolicy); meta.IsNoMatchError(err) {
+			policyServed = false
+		} else if err != nil {
+			t.Fatal(err)
+		} else {
+			policyNote = "    note: MutatingAdmissionPolicies listed from admissionregistration.k8s.io/v1beta1: this apiserver does not serve v1, which Kubernetes serves from 1.36"
+			created = append(created, betaPolicy, betaBinding)
+		}
 	} else if err != nil {
 		t.Fatal(err)
 	} else {
 		created = append(created, policy, binding)
 	}
 	for _, obj := range created {
-		if obj == policy {
+		if obj == policy || obj.GetObjectKind().GroupVersionKind().Kind == "MutatingAdmissionPolicy" {
 			continue
 		}
 		if err := k8s.Create(ctx, obj); err != nil {
@@ -135,6 +148,9 @@ func TestVerifyListsTheAdmissionChain(t *testing.T) {
 		"      container chain-logger: resources.requests.cpu added (by one of: policy chain-cpu-request, aaa-first/aaa-first.chain.example.com, " +
 			"zzz-last/zzz-last.chain.example.com)",
 	}
+	if policyNote != "" {
+		want = append(want, policyNote)
+	}
 	if !policyServed {
 		want = []string{
 			"  admission chain for this pod, in the order the apiserver calls it (after the in-tree plugins):",
@@ -143,7 +159,8 @@ func TestVerifyListsTheAdmissionChain(t *testing.T) {
 			conditions,
 			"    3. webhook zzz-last/zzz-last.chain.example.com (reinvocationPolicy Never, failurePolicy Ignore)",
 			"    reinvoked after a later change: 1, 2",
-			"    note: this apiserver does not serve MutatingAdmissionPolicies (admissionregistration.k8s.io/v1), so none are listed",
+			"    note: this apiserver serves MutatingAdmissionPolicies neither at admissionregistration.k8s.io/v1 (Kubernetes 1.36 and later) " +
+				"nor at v1beta1 (1.34 and 1.35, with the MutatingAdmissionPolicy feature gate and --runtime-config), so it runs none and none are listed",
 			"  chain-logger: injected containers as our webhook rendered them",
 		}
 	}
@@ -180,4 +197,19 @@ func TestVerifyListsTheAdmissionChain(t *testing.T) {
 	if err != nil || strings.Contains(out, "admission chain") {
 		t.Errorf("offline explain: %v, lists an admission chain: %t", err, strings.Contains(out, "admission chain"))
 	}
+}
+
+// asBeta is obj in admissionregistration.k8s.io/v1beta1, whose
+// MutatingAdmissionPolicy fields are v1's.
+func asBeta[T client.Object](t *testing.T, obj client.Object, beta T) T {
+	t.Helper()
+	data, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, beta); err != nil {
+		t.Fatal(err)
+	}
+	beta.GetObjectKind().SetGroupVersionKind(admissionv1beta1.SchemeGroupVersion.WithKind(reflect.TypeOf(beta).Elem().Name()))
+	return beta
 }

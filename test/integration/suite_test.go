@@ -72,6 +72,10 @@ func run(m *testing.M) int {
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 	}
+	// MutatingAdmissionPolicies on, as a 1.34 or 1.35 cluster turns them on
+	// (v1beta1); 1.36 and later serve them at v1 by default.
+	testEnv.ControlPlane.GetAPIServer().Configure().
+		Set("runtime-config", "admissionregistration.k8s.io/v1beta1=true").Set("feature-gates", "MutatingAdmissionPolicy=true")
 	env := testEnv
 	var err error
 	if cfg, err = env.Start(); err != nil {
