@@ -19,8 +19,14 @@ out="$root/bin/k8s/$KUBE_VERSION-$ETCD_VERSION"
 
 kube_cmds=(kube-apiserver kube-controller-manager)
 [ "${NODE:-}" = 1 ] && kube_cmds+=(kubelet kube-scheduler kubectl)
+# Each reports the version it was built as (-ldflags below); one that does
+# not, built before they were stamped, is built again.
+stamped() {
+  if [ "$1" = kubectl ]; then "$out/$1" version --client 2>/dev/null; else "$out/$1" --version 2>/dev/null; fi |
+    grep -q "v$KUBE_VERSION\b"
+}
 missing=()
-for cmd in "${kube_cmds[@]}"; do [ -x "$out/$cmd" ] || missing+=("$cmd"); done
+for cmd in "${kube_cmds[@]}"; do { [ -x "$out/$cmd" ] && stamped "$cmd"; } || missing+=("$cmd"); done
 
 if [ ${#missing[@]} = 0 ] && [ -x "$out/etcd" ]; then
   echo "$out"
@@ -66,8 +72,15 @@ build_kube() {
     go mod edit -replace "$mod=$mod@$staging_version"
   done
   go mod tidy
+  # As Kubernetes' own build stamps them: /version, the node's kubeletVersion
+  # and --version say the version, not v0.0.0-master.
+  local minor=${KUBE_VERSION#1.} ldflags=()
+  minor=${minor%%.*}
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=("-X $pkg.gitVersion=v$KUBE_VERSION" "-X $pkg.gitMajor=1" "-X $pkg.gitMinor=$minor" "-X $pkg.gitTreeState=clean")
+  done
   for cmd in "${missing[@]}"; do
-    CGO_ENABLED=0 go build -trimpath -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
+    CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags[*]}" -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
     mv "$out/$cmd.tmp" "$out/$cmd"
   done
 }

@@ -18,6 +18,8 @@ type feature struct {
 // each minor's kube-apiserver and kube-controller-manager (test/integration)
 // and its kubelet (test/node).
 var features = []feature{
+	{"The version under test: kube-apiserver", integration, []string{"TestApiserverIsTheVersionUnderTest"}},
+	{"The version under test: the node's kube-apiserver and kubelet", node, []string{"TestKubeletIsTheVersionUnderTest"}},
 	{"Admission conformance: timeouts, reinvocation, v1beta1 reviews, dry-run, the apiserver's defaults", integration, []string{
 		"TestSlowWebhook", "TestNoCABundleFailsClosed", "TestReinvocation", "TestAdmissionReviewV1beta1", "TestDryRunStoresNothing",
 		"TestDenialReachesClient", "TestWarningsReachClient", "TestDefaultsMatchTheApiserver", "TestDefaultsMatchTheApiserverForMoreShapes",
@@ -33,6 +35,7 @@ var features = []feature{
 		"TestAttackGrantingIdentityIsHeldToItsObjects", "TestAttackControllerTokenUpdatesOnlyMovesInPlace", "TestAttackControllerTokenRestartsOnly",
 		"TestAttackPaddedForgedPodDenied", "TestAttackCopiedRecordReachesConfinedSidecar", "TestAttackStolenTokenWritesWebhooksOfItsOwn",
 	}},
+	{"Revisions and canaries", integration, []string{"TestRevisionsKeptAndPruned", "TestPartitionHoldsTheHashedHalf"}},
 	{"Mandatory Sidecars, and attacks on them", integration, []string{
 		"TestMandatorySidecarDeniesEachOptOut", "TestMandatoryNeedsPolicyBindingRights", "TestMandatoryAttackLabelAfterCreate",
 		"TestMandatoryAttackLabelThroughPodsStatus", "TestMandatoryAttackLesserAuthorTurnsItOff",
