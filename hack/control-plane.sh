@@ -172,7 +172,7 @@ up() {
       daemon kube-controller-manager "$assets/kube-controller-manager" --kubeconfig "$state/kubeconfig" \
         --controllers "$controllers" "${cm_flags[@]}" \
         --leader-elect=false --secure-port=0
-      echo "control plane ready; kubeconfig: $state/kubeconfig"
+      echo "control plane ready (Kubernetes $(basename "$assets" | cut -d- -f1)); kubeconfig: $state/kubeconfig"
       [ "$NODE" = 1 ] && "$root/hack/node.sh" up
       return 0
     fi
