@@ -11,6 +11,6 @@ import (
 func main() {
 	if err := cli.NewRootCommand().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)
-		os.Exit(1)
+		os.Exit(cli.ExitCode(err))
 	}
 }

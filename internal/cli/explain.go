@@ -54,7 +54,10 @@ MutatingAdmissionPolicies and mutating webhooks whose rules and selectors
 match it, in the order the apiserver calls them.
 
 'explain pod <namespace>/<name>' explains a live pod, including whether it
-carries each Sidecar at the current revision, an older one, or missed it.`,
+carries each Sidecar at the current revision, an older one, or missed it.
+
+Exit status 0 when no Sidecar would deny a pod, 1 when one would, 2 for a
+wrong command line.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -98,7 +101,10 @@ carries each Sidecar at the current revision, an older one, or missed it.`,
 				}
 				out = append(out, x)
 			}
-			return writeExplained(cmd.OutOrStdout(), output, out)
+			if err := writeExplained(cmd.OutOrStdout(), output, out); err != nil {
+				return err
+			}
+			return deniedError(out)
 		},
 	}
 	f := cmd.Flags()
@@ -173,7 +179,24 @@ const outputJSON = "json"
 
 func checkOutput(output string) error {
 	if output != "text" && output != outputJSON {
-		return fmt.Errorf("--output: want text or json, got %q", output)
+		return usagef("--output: want text or json, got %q", output)
+	}
+	return nil
+}
+
+// deniedError names the pods that a Sidecar would have denied, for explain's
+// exit status.
+func deniedError(pods []explained) error {
+	var denied []string
+	for _, p := range pods {
+		for _, x := range p.Explanations {
+			if x.Verdict == inject.VerdictDenied {
+				denied = append(denied, fmt.Sprintf("%s (by %s)", p.Source, x.Sidecar))
+			}
+		}
+	}
+	if len(denied) > 0 {
+		return fmt.Errorf("would be denied: %s", strings.Join(denied, ", "))
 	}
 	return nil
 }

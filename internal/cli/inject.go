@@ -18,7 +18,10 @@ func newInjectCommand() *cobra.Command {
 		Long: `Inject sidecars into Pods and into the pod templates of Deployments,
 StatefulSets, DaemonSets, ReplicaSets, ReplicationControllers, Jobs and
 CronJobs. Other documents pass through unchanged, in order. Running it on its
-own output changes nothing.`,
+own output changes nothing.
+
+Exit status 0 when it wrote the result, 1 when a pod would be denied (it then
+writes nothing), 2 for a wrong command line.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			engine, err := loadEngine(sidecars)

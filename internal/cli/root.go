@@ -35,5 +35,6 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(newRunCommand(), newServeCommand(), newInjectCommand(), newCertsCommand(), newManifestsCommand(),
 		newVerifyCommand(), newExplainCommand(), newStatusCommand(), newRolloutCommand(), newDashboardCommand(), newVersionCommand())
 	root.SetVersionTemplate("{{.Version}}\n")
+	markUsageErrors(root)
 	return root
 }

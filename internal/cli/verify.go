@@ -80,7 +80,8 @@ webhook rendered, and which of those could have changed it.
 would, waits for the Deployment's pod if a controller-manager runs (else judges
 its pod template by dry-run), reports, and deletes all it created.
 
-Exit status 0 when every --sidecar would be injected, 1 otherwise.`,
+Exit status 0 when every --sidecar would be injected, 1 otherwise, 2 for a wrong
+command line.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(o.sidecars) == 0 {

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// binary is the sidecar-operator built once for the tests here, which run
+// it as a user or a CI job does: its exit status and its two outputs.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sidecar-operator-cli")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "sidecar-operator")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runBinary runs the binary in the repository's root with stdin and returns
+// stdout, stderr and the exit status.
+func runBinary(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Env = append(os.Environ(), "KUBECONFIG=/nonexistent")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	t.Logf("sidecar-operator %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errOut.String())
+	return out.String(), errOut.String(), code
+}
+
+const deniedPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: orders
+  annotations:
+    xxl-agent/enable: "true"
+spec:
+  containers: [{name: orders, image: orders:1}]
+`
+
+const admittedPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  containers: [{name: web, image: web:1}]
+`
+
+// TestExitCodes: 0 when every pod is admitted, 1 when a pod would be
+// denied, 2 for a usage error, so that CI can gate on explain and inject.
+func TestExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stdin string
+		args  []string
+		code  int
+		says  string // on stdout or stderr
+	}{
+		{"explain, admitted", admittedPod, []string{"explain", "--sidecars", "examples", "-f", "-"}, 0, "does not apply"},
+		{"explain, denied", deniedPod, []string{"explain", "--sidecars", "examples", "-f", "-"}, 1, "DENIED"},
+		{"inject, denied", deniedPod, []string{"inject", "--sidecars", "examples", "-f", "-"}, 1, "xxl-agent"},
+		{"unknown flag", "", []string{"explain", "--no-such-flag"}, 2, "unknown flag: --no-such-flag"},
+		{"unknown command", "", []string{"no-such-command"}, 2, `unknown command "no-such-command"`},
+		{"a stray argument", "", []string{"inject", "--sidecars", "examples", "-f", "-", "stray"}, 2, "stray"},
+		{"a required flag missing", "", []string{"inject", "-f", "-"}, 2, `"sidecars"`},
+		{"a bad output format", admittedPod, []string{"explain", "--sidecars", "examples", "-f", "-", "-o", "xml"}, 2, "xml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := runBinary(t, tc.stdin, tc.args...)
+			if code != tc.code || !strings.Contains(stdout+stderr, tc.says) {
+				t.Errorf("exit %d, want %d, saying %q", code, tc.code, tc.says)
+			}
+		})
+	}
+}
