@@ -7,10 +7,13 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/inject"
 	"github.com/sidecar-operator/sidecar-operator/internal/sidecarfile"
+	"github.com/sidecar-operator/sidecar-operator/internal/validation"
 	"github.com/sidecar-operator/sidecar-operator/internal/webhook"
 )
 
@@ -82,8 +85,14 @@ apiserver sets on every namespace.`,
 
 // loadEngine loads Sidecars from files; any Sidecar that does not compile is
 // an error here, since a file is fixed before the command is run again.
+// webhookValidation is what the validating webhook judges a Sidecar by, once
+// the apiserver has admitted it.
+func webhookValidation(sc *v1alpha1.Sidecar) field.ErrorList {
+	return append(validation.Sidecar(sc), validation.SidecarName(sc.Name)...)
+}
+
 func loadEngine(path string) (*inject.Engine, error) {
-	scs, err := sidecarfile.Load(path)
+	scs, err := sidecarfile.Load(path, webhookValidation)
 	if err != nil {
 		return nil, fmt.Errorf("--sidecars: %w", err)
 	}

@@ -340,9 +340,9 @@ func TestCompileErrorsNameTheField(t *testing.T) {
 		want string
 	}{
 		{"undefined parameter", sidecar("a", func(s *v1alpha1.SidecarSpec) { s.Containers[0].Image = "x:{{ .Parameters.tag }}" }),
-			`spec.containers[0]/image: template "x:{{ .Parameters.tag }}": refers to undefined parameter "tag"`},
+			`spec.containers[0].image: template "x:{{ .Parameters.tag }}": refers to undefined parameter "tag"`},
 		{"template does not parse", sidecar("a", func(s *v1alpha1.SidecarSpec) { s.Containers[0].Args = []string{"{{ .Pod.Namespace"} }),
-			`spec.containers[0]/args/0`},
+			`spec.containers[0].args[0]`},
 		{"unknown pod field", sidecar("a", func(s *v1alpha1.SidecarSpec) { s.Containers[0].Image = "{{ .Pod.Uid }}" }),
 			`can't evaluate field Uid`},
 		{"duplicate container", sidecar("a", func(s *v1alpha1.SidecarSpec) { s.InitContainers = []corev1.Container{{Name: "a"}} }),

@@ -713,20 +713,40 @@ func compileJSONTemplate(v any, path string, params map[string]bool, templates *
 		if err != nil {
 			return nil, err
 		}
-		if err := countTemplate(templates, path+string(dec.StackPointer())); err != nil {
+		at := fieldPath(dec)
+		if err := countTemplate(templates, path+at); err != nil {
 			return nil, err
 		}
 		tmpl, err := compileStringTemplate(string(s), params)
 		if err != nil {
-			return nil, fmt.Errorf("%s%s: template %q: %w", path, dec.StackPointer(), abbreviate(string(s)), err)
+			return nil, fmt.Errorf("%s%s: template %q: %w", path, at, abbreviate(string(s)), err)
 		}
 		jt.static = append(jt.static, raw[last:start])
 		jt.holes = append(jt.holes, tmpl)
-		jt.paths = append(jt.paths, string(dec.StackPointer()))
+		jt.paths = append(jt.paths, at)
 		last = end
 	}
 	jt.static = append(jt.static, raw[last:])
 	return jt, nil
+}
+
+// fieldPath is where dec is, in the apiserver's notation for a field:
+// "/env/0/value" is ".env[0].value".
+func fieldPath(dec *jsontext.Decoder) string {
+	ptr := string(dec.StackPointer())
+	if ptr == "" {
+		return ""
+	}
+	unescape := strings.NewReplacer("~1", "/", "~0", "~")
+	var b strings.Builder
+	for i, tok := range strings.Split(ptr[1:], "/") {
+		if kind, _ := dec.StackIndex(i + 1); kind == '[' {
+			b.WriteString("[" + tok + "]")
+		} else {
+			b.WriteString("." + unescape.Replace(tok))
+		}
+	}
+	return b.String()
 }
 
 // abbreviate shortens a template quoted in an error.

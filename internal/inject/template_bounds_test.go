@@ -51,8 +51,8 @@ func TestTemplateConstructsOutsideTheLanguageAreRefused(t *testing.T) {
 			if took := time.Since(start); took > time.Second {
 				t.Errorf("compiling took %s", took)
 			}
-			if err == nil || !strings.Contains(err.Error(), "spec.containers[0]/image") || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %v, want one naming spec.containers[0]/image and %q", err, tc.want)
+			if err == nil || !strings.Contains(err.Error(), "spec.containers[0].image") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one naming spec.containers[0].image and %q", err, tc.want)
 			}
 			if testing.Verbose() {
 				t.Log(err)

@@ -6,6 +6,7 @@ package sidecarfile
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,16 +15,23 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 )
 
+// Check is a validation beyond the apiserver's, such as the webhook's
+// (validation.Sidecar), which Load runs on each Sidecar the apiserver would
+// admit.
+type Check func(*v1alpha1.Sidecar) field.ErrorList
+
 // Load reads Sidecars from a file or from every .yaml, .yml and .json file of
-// a directory (not recursive). Documents of other kinds are an error, so a
-// wrong path is noticed rather than silently injecting nothing.
-func Load(path string) ([]v1alpha1.Sidecar, error) {
+// a directory (not recursive), judged as the apiserver judges them, then by
+// checks. Documents of other kinds are an error, so a wrong path is noticed
+// rather than silently injecting nothing.
+func Load(path string, checks ...Check) ([]v1alpha1.Sidecar, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -47,7 +55,7 @@ func Load(path string) ([]v1alpha1.Sidecar, error) {
 	}
 	var out []v1alpha1.Sidecar
 	for _, f := range files {
-		scs, err := loadFile(f)
+		scs, err := loadFile(f, checks)
 		if err != nil {
 			return nil, err
 		}
@@ -59,7 +67,7 @@ func Load(path string) ([]v1alpha1.Sidecar, error) {
 	return out, nil
 }
 
-func loadFile(path string) ([]v1alpha1.Sidecar, error) {
+func loadFile(path string, checks []Check) ([]v1alpha1.Sidecar, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -71,23 +79,58 @@ func loadFile(path string) ([]v1alpha1.Sidecar, error) {
 	}
 	var out []v1alpha1.Sidecar
 	for i, doc := range docs {
-		var sc v1alpha1.Sidecar
-		if err := yaml.UnmarshalStrict(doc, &sc); err != nil {
+		sc, err := parse(doc, checks)
+		if err != nil {
 			return nil, fmt.Errorf("%s: document %d: %w", path, i+1, err)
 		}
-		if sc.APIVersion != v1alpha1.GroupVersion.String() || sc.Kind != "Sidecar" {
-			return nil, fmt.Errorf("%s: document %d: want apiVersion %s, kind Sidecar; got %q, %q",
-				path, i+1, v1alpha1.GroupVersion, sc.APIVersion, sc.Kind)
-		}
-		if sc.Name == "" {
-			return nil, fmt.Errorf("%s: document %d: metadata.name is required", path, i+1)
-		}
-		if err := applyDefaults(&sc); err != nil {
-			return nil, fmt.Errorf("%s: document %d: %w", path, i+1, err)
-		}
-		out = append(out, sc)
+		out = append(out, *sc)
 	}
 	return out, nil
+}
+
+// parse reads one Sidecar and judges it as a cluster does: first as the
+// apiserver does (judge), then by checks. Its error lists every problem, one
+// per line.
+func parse(doc []byte, checks []Check) (*v1alpha1.Sidecar, error) {
+	var obj map[string]any
+	if err := yaml.UnmarshalStrict(doc, &obj); err != nil {
+		return nil, err
+	}
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	if apiVersion != v1alpha1.GroupVersion.String() || kind != "Sidecar" {
+		return nil, fmt.Errorf("want apiVersion %s, kind Sidecar; got %q, %q", v1alpha1.GroupVersion, apiVersion, kind)
+	}
+	meta, _ := obj["metadata"].(map[string]any)
+	name, _ := meta["name"].(string)
+	if name == "" {
+		return nil, errors.New("metadata.name is required")
+	}
+	errs, err := judge(obj)
+	if err != nil {
+		return nil, err
+	}
+	var sc v1alpha1.Sidecar
+	if len(errs) == 0 {
+		raw, err := json.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(raw, &sc); err != nil {
+			return nil, err
+		}
+		for _, check := range checks {
+			errs = append(errs, check(&sc)...)
+		}
+	}
+	if len(errs) > 0 {
+		lines := make([]string, len(errs))
+		for i, e := range errs {
+			lines[i] = "  " + e.Error()
+		}
+		return nil, fmt.Errorf("Sidecar %q is invalid:\n%s", name, strings.Join(lines, "\n"))
+	}
+	return &sc, nil
 }
 
 // SplitYAML splits a multi-document YAML stream, dropping empty documents.

@@ -4,6 +4,7 @@ package validation
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,7 +31,12 @@ func Sidecar(sc *v1alpha1.Sidecar) field.ErrorList {
 	if _, err := inject.New([]v1alpha1.Sidecar{*sc}); err != nil {
 		for line := range strings.SplitSeq(err.Error(), "\n") {
 			line = strings.TrimPrefix(line, fmt.Sprintf("sidecar %q: ", sc.Name))
-			errs = append(errs, field.Invalid(spec, field.OmitValueType{}, line))
+			// A message that starts with its field keeps it as the path.
+			at, detail, ok := strings.Cut(line, ": ")
+			if !ok || !strings.HasPrefix(at, "spec.") || strings.ContainsAny(at, " \"") {
+				at, detail = "spec", line
+			}
+			errs = append(errs, &field.Error{Type: field.ErrorTypeInvalid, Field: at, BadValue: field.OmitValueType{}, Detail: detail})
 		}
 	}
 
@@ -49,6 +55,18 @@ func Sidecar(sc *v1alpha1.Sidecar) field.ErrorList {
 				continue
 			}
 			containers[name] = p
+		}
+	}
+	// The apiserver refuses every pod with another pull policy.
+	pullPolicies := []corev1.PullPolicy{corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever}
+	for _, group := range []struct {
+		path *field.Path
+		list []corev1.Container
+	}{{spec.Child("initContainers"), sc.Spec.InitContainers}, {spec.Child("containers"), sc.Spec.Containers}} {
+		for i, c := range group.list {
+			if c.ImagePullPolicy != "" && !slices.Contains(pullPolicies, c.ImagePullPolicy) {
+				errs = append(errs, field.NotSupported(group.path.Index(i).Child("imagePullPolicy"), c.ImagePullPolicy, pullPolicies))
+			}
 		}
 	}
 	volumes := map[string]bool{}

@@ -142,7 +142,7 @@ func TestAuthorTemplateBombsAreRefused(t *testing.T) {
 		if took := time.Since(start); took > time.Second {
 			t.Errorf("%s: answered in %s", name, took)
 		}
-		deniedNaming(t, err, "the author's "+name+" bomb was admitted", "spec.containers[0]/image", wants[name])
+		deniedNaming(t, err, "the author's "+name+" bomb was admitted", "spec.containers[0].image", wants[name])
 	}
 
 	name := "hidden-" + rand.String(6)
