@@ -101,3 +101,56 @@ func TestExitCodes(t *testing.T) {
 		})
 	}
 }
+
+// TestSidecarTests: examples/tests pass, and a broken expectation fails
+// with what the engine did and what the test wanted.
+func TestSidecarTests(t *testing.T) {
+	stdout, _, code := runBinary(t, "", "test", "examples/tests")
+	if code != 0 || !strings.Contains(stdout, "5 passed, 0 failed, in 2 test files") {
+		t.Errorf("examples/tests: exit %d, want 0 and 5 passed", code)
+	}
+
+	dir := t.TempDir()
+	examples, err := filepath.Abs(filepath.Join("..", "..", "examples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := os.ReadFile(filepath.Join(examples, "tests", "xxl-agent", "pods.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := `name: broken
+sidecars: [` + filepath.Join(examples, "xxl-agent.yaml") + `]
+resources: [pods.yaml]
+results:
+  - pod: Pod shop/reconciler
+    injected: [fluentd]
+    containers:
+      xxl-agent:
+        env: {XXL_JOB_NAME: daily}
+  - pod: Pod shop/half-configured
+    injected: []
+  - pod: Pod shop/web
+    denied: forbidden
+`
+	for name, data := range map[string][]byte{"sidecar-test.yaml": []byte(broken), "pods.yaml": pods} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stdout, _, code = runBinary(t, "", "test", dir)
+	for _, want := range []string{
+		"injected: got [xxl-agent], want [fluentd]",
+		`containers.xxl-agent.env[XXL_JOB_NAME]: got "nightly-reconcile", want "daily"`,
+		`denied: got "sidecar \"xxl-agent\" requires pod annotations that are missing`,
+		`denied: got admitted with [] injected, want denied saying "forbidden"`,
+		"0 passed, 3 failed, in 1 test files",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("no %q", want)
+		}
+	}
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+}

@@ -20,7 +20,7 @@ func TestVersionsAreTheSupportedRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var minors []string
+	minors := make([]string, 0, len(versions))
 	for _, v := range versions {
 		parts := strings.Split(v, ".")
 		if len(parts) != 3 {

@@ -33,7 +33,7 @@ func NewRootCommand() *cobra.Command {
 	zapOpts.BindFlags(goFlags)
 	root.PersistentFlags().AddGoFlagSet(goFlags)
 	root.AddCommand(newRunCommand(), newServeCommand(), newInjectCommand(), newCertsCommand(), newManifestsCommand(),
-		newVerifyCommand(), newExplainCommand(), newStatusCommand(), newRolloutCommand(), newDashboardCommand(), newVersionCommand())
+		newVerifyCommand(), newExplainCommand(), newStatusCommand(), newRolloutCommand(), newDashboardCommand(), newVersionCommand(), newTestCommand())
 	root.SetVersionTemplate("{{.Version}}\n")
 	markUsageErrors(root)
 	return root

@@ -20,8 +20,15 @@ import (
 // signer, when not nil, signs the records. Parameters read no namespace
 // annotations.
 func (e *Engine) Inject(pod *corev1.Pod, namespace string, nsLabels NamespaceLabelsFunc, signer Signer) (*Result, error) {
+	return e.InjectInNamespace(pod, namespace, nsLabels, nil, signer)
+}
+
+// InjectInNamespace is Inject with parameters that fall back on the
+// namespace's annotations, as the webhook's do.
+func (e *Engine) InjectInNamespace(pod *corev1.Pod, namespace string, nsLabels NamespaceLabelsFunc, nsAnnotation NamespaceAnnotationFunc,
+	signer Signer) (*Result, error) {
 	view := viewOfPod(pod)
-	p := e.planFor(view, namespace, nsLabels, nil, typedSpec(pod), time.Time{})
+	p := e.planFor(view, namespace, nsLabels, nsAnnotation, typedSpec(pod), time.Time{})
 	res, err := p.result(nil, signer)
 	if err != nil || res.Denial != "" {
 		return res, err

@@ -81,7 +81,8 @@ func judge(obj map[string]any) (field.ErrorList, error) {
 	errs = append(errs, apiservervalidation.ValidateCustomResource(nil, obj, s.openAPI)...)
 	errs = append(errs, listtype.ValidateListSetsAndMaps(nil, s.structural, obj)...)
 	if blocking(errs) {
-		errs = append(errs, field.Invalid(nil, nil, "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation"))
+		errs = append(errs, field.Invalid(nil, nil,
+			"some validation rules were not checked because the object was invalid; correct the existing errors to complete validation"))
 	} else {
 		celErrs, _ := s.cel.Validate(context.Background(), nil, s.structural, obj, nil, celconfig.RuntimeCELCostBudget)
 		errs = append(errs, celErrs...)

@@ -128,7 +128,7 @@ func parse(doc []byte, checks []Check) (*v1alpha1.Sidecar, error) {
 		for i, e := range errs {
 			lines[i] = "  " + e.Error()
 		}
-		return nil, fmt.Errorf("Sidecar %q is invalid:\n%s", name, strings.Join(lines, "\n"))
+		return nil, fmt.Errorf("sidecar %q is invalid:\n%s", name, strings.Join(lines, "\n"))
 	}
 	return &sc, nil
 }
