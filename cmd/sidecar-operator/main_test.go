@@ -154,3 +154,67 @@ results:
 		t.Errorf("exit %d, want 1", code)
 	}
 }
+
+// TestKubectlConventions: -f repeats and takes directories (-R for their
+// subdirectories) and -; -o yaml; logging flags only where something logs;
+// no client-go hint about KUBERNETES_MASTER; the binary as a kubectl plugin.
+func TestKubectlConventions(t *testing.T) {
+	workloads := filepath.Join("examples", "workloads")
+	nested := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(nested, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(nested, "sub", "web.yaml"), []byte(admittedPod), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		stdin string
+		args  []string
+		code  int
+		says  []string // each on stdout or stderr
+		not   []string
+	}{
+		{"-f twice", "", []string{"inject", "--sidecars", "examples", "-f", filepath.Join(workloads, "pod.yaml"), "-f", filepath.Join(workloads, "deployment.yaml")}, 0,
+			[]string{"kind: Pod", "kind: Deployment", "kind: Service"}, nil},
+		{"-f a directory", "", []string{"explain", "--sidecars", "examples", "-f", workloads}, 0,
+			[]string{"Pod demo/orders, namespace demo", "Deployment demo/orders .spec.template, namespace demo"}, nil},
+		{"-f a directory, not its subdirectories", "", []string{"explain", "--sidecars", "examples", "-f", nested}, 1,
+			[]string{"no manifests"}, nil},
+		{"-R", "", []string{"explain", "--sidecars", "examples", "-R", "-f", nested}, 0, []string{"Pod web, namespace default"}, nil},
+		{"-f - and a file", admittedPod, []string{"explain", "--sidecars", "examples", "-f", "-", "-f", filepath.Join(workloads, "pod.yaml")}, 0,
+			[]string{"Pod web, namespace default", "Pod demo/orders, namespace demo"}, nil},
+		{"-o yaml", admittedPod, []string{"explain", "--sidecars", "examples", "-f", "-", "-o", "yaml"}, 0,
+			[]string{"- live: false\n", "  source: Pod web\n", "    verdict: NotSelected\n"}, nil},
+		{"no log flags offline", "", []string{"inject", "--help"}, 0, nil, []string{"--zap-"}},
+		{"log flags where it logs", "", []string{"run", "--help"}, 0, []string{"--zap-log-level"}, nil},
+		{"no KUBERNETES_MASTER", "", []string{"status"}, 1, []string{"no kubeconfig"}, []string{"KUBERNETES_MASTER"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := runBinary(t, tc.stdin, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d", code, tc.code)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(stdout+stderr, s) {
+					t.Errorf("no %q", s)
+				}
+			}
+			for _, s := range tc.not {
+				if strings.Contains(stdout+stderr, s) {
+					t.Errorf("says %q", s)
+				}
+			}
+		})
+	}
+
+	// kubectl runs kubectl-sidecar for "kubectl sidecar"; the help says so.
+	plugin := filepath.Join(t.TempDir(), "kubectl-sidecar")
+	if err := os.Symlink(binary, plugin); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(plugin, "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "kubectl sidecar [command]") {
+		t.Errorf("as kubectl-sidecar: %v\n%s", err, out)
+	}
+}

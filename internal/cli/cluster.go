@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/pflag"
@@ -29,11 +30,32 @@ func (c *clusterFlags) bind(f *pflag.FlagSet) {
 		"where the operator keeps the Sidecars' revisions, of which a rollout may still serve an older one")
 }
 
-// config loads the client configuration the way kubectl does.
-func (c *clusterFlags) config() (*rest.Config, error) {
+func (c *clusterFlags) clientConfig() clientcmd.ClientConfig {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = c.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.context}).ClientConfig()
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.context})
+}
+
+// namespace is flag, else the namespace of the kubeconfig's context, else
+// default, as kubectl picks it.
+func (c *clusterFlags) namespace(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	ns, _, err := c.clientConfig().Namespace()
+	if clientcmd.IsEmptyConfig(err) {
+		return "default", nil
+	}
+	return ns, err
+}
+
+// config loads the client configuration the way kubectl does.
+func (c *clusterFlags) config() (*rest.Config, error) {
+	cfg, err := c.clientConfig().ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		// client-go's own words suggest KUBERNETES_MASTER, which nothing reads.
+		return nil, errors.New("no kubeconfig: --kubeconfig, $KUBECONFIG and ~/.kube/config name none, and this is not a pod in a cluster")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("loading the client configuration (--kubeconfig, --context): %w", err)
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strings"
@@ -34,12 +35,13 @@ type explained struct {
 
 func newExplainCommand() *cobra.Command {
 	var (
-		cluster            clusterFlags
-		sidecars, file, ns string
-		output             string
+		cluster      clusterFlags
+		input        inputFlags
+		sidecars, ns string
+		output       string
 	)
 	cmd := &cobra.Command{
-		Use:   "explain [--sidecars <file|dir>] -f <manifest|->",
+		Use:   "explain [--sidecars <file|dir>] -f <file|dir|->...",
 		Short: "Say, for each Sidecar, whether it applies to a pod and why",
 		Long: `For each Pod and pod template in a manifest, and each Sidecar, say whether the
 Sidecar applies and why: which of the opt-ins (the sidecar-operator.io/inject
@@ -63,14 +65,17 @@ wrong command line.`,
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			in, closeInput, err := openInput(cmd, file)
+			inputs, err := input.read(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeInput()
-			pods, err := offline.Pods(in, ns)
-			if err != nil {
-				return fmt.Errorf("%s: %w", file, err)
+			var pods []offline.ManifestPod
+			for _, in := range inputs {
+				found, err := offline.Pods(bytes.NewReader(in.data), ns)
+				if err != nil {
+					return fmt.Errorf("%s: %w", in.name, err)
+				}
+				pods = append(pods, found...)
 			}
 			engine, nsLabels := (*inject.Engine)(nil), inject.NamespaceLabelsFunc(inject.DefaultNamespaceLabels)
 			var nsAnnotation inject.NamespaceAnnotationFunc
@@ -109,31 +114,42 @@ wrong command line.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&sidecars, "sidecars", "", "Sidecar YAML file or directory: run offline (default: the cluster's Sidecars)")
-	f.StringVarP(&file, "filename", "f", "", "manifest file, or - for standard input (required)")
+	input.bind(f)
 	f.StringVarP(&ns, "namespace", "n", "default", "namespace for objects that do not name one")
-	f.StringVarP(&output, "output", "o", "text", "text or json")
+	f.StringVarP(&output, "output", "o", outputText, "text, json or yaml")
 	cluster.bind(f)
-	_ = cmd.MarkFlagRequired("filename")
 	cmd.AddCommand(newExplainPodCommand())
 	return cmd
 }
 
 func newExplainPodCommand() *cobra.Command {
 	var (
-		cluster clusterFlags
-		output  string
+		cluster               clusterFlags
+		output, namespaceFlag string
 	)
 	cmd := &cobra.Command{
-		Use:   "pod <namespace>/<name>",
+		Use:   "pod NAME [-n NAMESPACE]",
 		Short: "Explain a live pod: which Sidecars it carries, at which revision, and which it missed",
-		Args:  cobra.ExactArgs(1),
+		Long: `Explain a live pod: which Sidecars it carries, at which revision, and which
+it missed. The pod is NAME in -n, or the kubeconfig context's namespace, as
+kubectl has it; NAMESPACE/NAME names both.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			namespace, name, ok := strings.Cut(args[0], "/")
-			if !ok || namespace == "" || name == "" {
-				return fmt.Errorf("want <namespace>/<name>, got %q", args[0])
+			namespace, name, qualified := strings.Cut(args[0], "/")
+			if !qualified {
+				name = args[0]
+				var err error
+				if namespace, err = cluster.namespace(namespaceFlag); err != nil {
+					return err
+				}
+			} else if namespaceFlag != "" && namespaceFlag != namespace {
+				return usagef("pod %s is in namespace %s, but -n says %s", args[0], namespace, namespaceFlag)
+			}
+			if namespace == "" || name == "" {
+				return usagef("want NAME or NAMESPACE/NAME, got %q", args[0])
 			}
 			c, err := cluster.client()
 			if err != nil {
@@ -141,14 +157,14 @@ func newExplainPodCommand() *cobra.Command {
 			}
 			var pod corev1.Pod
 			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: namespace, Name: name}, &pod); err != nil {
-				return fmt.Errorf("pod %s: %w", args[0], err)
+				return fmt.Errorf("pod %s/%s: %w", namespace, name, err)
 			}
 			snap, err := cluster.loader(c).Load(cmd.Context(), namespace, true)
 			if err != nil {
 				return err
 			}
 			warnLeftOut(cmd, snap.EngineErr)
-			source := "Pod " + args[0]
+			source := "Pod " + namespace + "/" + name
 			if w := workload.OfPod(&pod); w.Kind != "Pod" {
 				source += " of " + w.String()
 			}
@@ -170,16 +186,22 @@ func newExplainPodCommand() *cobra.Command {
 		},
 	}
 	cluster.bind(cmd.Flags())
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	cmd.Flags().StringVarP(&output, "output", "o", outputText, "text, json or yaml")
+	cmd.Flags().StringVarP(&namespaceFlag, "namespace", "n", "", "the pod's namespace (default: the kubeconfig context's)")
 	return cmd
 }
 
 // outputJSON is the --output value that prints JSON.
-const outputJSON = "json"
+// The structured outputs of -o.
+const (
+	outputText = "text"
+	outputJSON = "json"
+	outputYAML = "yaml"
+)
 
 func checkOutput(output string) error {
-	if output != "text" && output != outputJSON {
-		return usagef("--output: want text or json, got %q", output)
+	if output != outputText && output != outputJSON && output != outputYAML {
+		return usagef("--output: want text, json or yaml, got %q", output)
 	}
 	return nil
 }
@@ -208,11 +230,11 @@ func warnLeftOut(cmd *cobra.Command, err error) {
 }
 
 func writeExplained(w io.Writer, output string, list []explained) error {
-	if output == outputJSON {
+	if output != outputText {
 		if list == nil {
 			list = []explained{}
 		}
-		return writeJSON(w, list)
+		return writeStructured(w, output, list)
 	}
 	for i, x := range list {
 		if i > 0 {

@@ -1,9 +1,8 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -11,14 +10,18 @@ import (
 )
 
 func newInjectCommand() *cobra.Command {
-	var sidecars, file, namespace string
+	var (
+		sidecars, namespace string
+		input               inputFlags
+	)
 	cmd := &cobra.Command{
-		Use:   "inject --sidecars <file|dir> -f <file|->",
+		Use:   "inject --sidecars <file|dir> -f <file|dir|->...",
 		Short: "Inject sidecars into manifests offline and write the result to stdout",
 		Long: `Inject sidecars into Pods and into the pod templates of Deployments,
 StatefulSets, DaemonSets, ReplicaSets, ReplicationControllers, Jobs and
 CronJobs. Other documents pass through unchanged, in order. Running it on its
-own output changes nothing.
+own output changes nothing. Several -f, or a directory, are written one after
+another, separated by ---.
 
 Exit status 0 when it wrote the result, 1 when a pod would be denied (it then
 writes nothing), 2 for a wrong command line.`,
@@ -28,39 +31,33 @@ writes nothing), 2 for a wrong command line.`,
 			if err != nil {
 				return err
 			}
-			in, closeInput, err := openInput(cmd, file)
+			inputs, err := input.read(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeInput()
 			injector := &offline.Injector{
 				Engine:           engine,
 				DefaultNamespace: namespace,
 				Warn:             func(w string) { fmt.Fprintln(cmd.ErrOrStderr(), "Warning:", w) },
 			}
-			if err := injector.Inject(in, cmd.OutOrStdout()); err != nil {
-				return fmt.Errorf("%s: %w", file, err)
+			// All or nothing: a denial in the last file writes none of them.
+			var out bytes.Buffer
+			for i, in := range inputs {
+				if i > 0 {
+					out.WriteString("---\n")
+				}
+				if err := injector.Inject(bytes.NewReader(in.data), &out); err != nil {
+					return fmt.Errorf("%s: %w", in.name, err)
+				}
 			}
-			return nil
+			_, err = cmd.OutOrStdout().Write(out.Bytes())
+			return err
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&sidecars, "sidecars", "", "Sidecar YAML file, or a directory of them (required)")
-	f.StringVarP(&file, "filename", "f", "", "manifest file, or - for standard input (required)")
+	input.bind(f)
 	f.StringVarP(&namespace, "namespace", "n", "default", "namespace for objects that do not name one")
 	_ = cmd.MarkFlagRequired("sidecars")
-	_ = cmd.MarkFlagRequired("filename")
 	return cmd
-}
-
-// openInput opens -f: a file, or standard input for "-".
-func openInput(cmd *cobra.Command, file string) (io.Reader, func(), error) {
-	if file == "-" {
-		return cmd.InOrStdin(), func() {}, nil
-	}
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, nil, fmt.Errorf("-f: %w", err)
-	}
-	return f, func() { _ = f.Close() }, nil
 }

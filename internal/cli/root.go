@@ -29,10 +29,13 @@ func NewRootCommand() *cobra.Command {
 			return nil
 		},
 	}
+	// The log flags only where something logs: the manager and the webhook.
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
-	root.PersistentFlags().AddGoFlagSet(goFlags)
-	root.AddCommand(newRunCommand(), newServeCommand(), newInjectCommand(), newCertsCommand(), newManifestsCommand(),
+	run, serve := newRunCommand(), newServeCommand()
+	run.Flags().AddGoFlagSet(goFlags)
+	serve.Flags().AddGoFlagSet(goFlags)
+	root.AddCommand(run, serve, newInjectCommand(), newCertsCommand(), newManifestsCommand(),
 		newVerifyCommand(), newExplainCommand(), newStatusCommand(), newRolloutCommand(), newDashboardCommand(), newVersionCommand(), newTestCommand())
 	root.SetVersionTemplate("{{.Version}}\n")
 	markUsageErrors(root)

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/clusterstate"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
@@ -29,8 +30,8 @@ in; for each workload (Deployment, StatefulSet, DaemonSet, other controllers,
 bare pods), which Sidecars its pods carry and whether they are current.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != outputJSON {
-				return fmt.Errorf("--output: want table or json, got %q", output)
+			if output != "table" && output != outputJSON && output != outputYAML {
+				return usagef("--output: want table, json or yaml, got %q", output)
 			}
 			c, err := cluster.client()
 			if err != nil {
@@ -44,15 +45,15 @@ bare pods), which Sidecars its pods carry and whether they are current.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), "Warning: left out:", snap.EngineErr)
 			}
 			status := snap.Status()
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), status)
+			if output != "table" {
+				return writeStructured(cmd.OutOrStdout(), output, status)
 			}
 			return writeStatusTable(cmd.OutOrStdout(), status)
 		},
 	}
 	cluster.bind(cmd.Flags())
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only the pods of this namespace (default: all)")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or yaml")
 	return cmd
 }
 
@@ -61,6 +62,20 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// writeStructured prints v as -o json or -o yaml asks: YAML is the JSON's
+// fields, as kubectl's is.
+func writeStructured(w io.Writer, output string, v any) error {
+	if output == outputJSON {
+		return writeJSON(w, v)
+	}
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
 }
 
 func writeStatusTable(w io.Writer, status *clusterstate.Status) error {

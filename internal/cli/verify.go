@@ -94,6 +94,9 @@ command line.`,
 			if err != nil {
 				return err
 			}
+			if o.namespace, err = o.cluster.namespace(o.namespace); err != nil {
+				return err
+			}
 			warnings := &warningCollector{}
 			cfg.WarningHandler = warnings
 			c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
@@ -124,7 +127,7 @@ command line.`,
 	}
 	f := cmd.Flags()
 	o.cluster.bind(f)
-	f.StringVarP(&o.namespace, "namespace", "n", "default", "namespace to create the test pod in")
+	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace to create the test pod in (default: the kubeconfig context's, as kubectl's)")
 	f.StringSliceVar(&o.sidecars, "sidecar", nil, "Sidecar the pod should get (repeatable, or comma-separated)")
 	f.StringToStringVar(&o.labels, "label", nil, "label of the test pod, key=value (repeatable)")
 	f.StringToStringVar(&o.annotations, "annotation", nil, "annotation of the test pod, key=value (repeatable): parameters, activation")
@@ -134,7 +137,7 @@ command line.`,
 	f.BoolVar(&o.workload, "workload", false, "create a real Deployment and Service instead of a dry-run pod, then delete them")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long --workload waits for its pod")
 	f.DurationVar(&o.controllerWait, "controller-wait", 15*time.Second, "how long --workload waits for a controller-manager to act on the Deployment")
-	f.StringVarP(&o.output, "output", "o", "text", "text or json")
+	f.StringVarP(&o.output, "output", "o", outputText, "text, json or yaml")
 	return cmd
 }
 
@@ -197,8 +200,8 @@ func (o *verifyOptions) run(ctx context.Context, c client.Client, warnings *warn
 }
 
 func writeVerifyReport(w io.Writer, output string, r *VerifyReport) error {
-	if output == outputJSON {
-		return writeJSON(w, r)
+	if output != outputText {
+		return writeStructured(w, output, r)
 	}
 	fmt.Fprintf(w, "verify (%s) in namespace %s", r.Mode, r.Namespace)
 	if r.Pod != "" {
