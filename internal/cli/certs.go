@@ -65,7 +65,7 @@ run without it, the operator manages and rotates its certificates itself.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&service, "service", "", "the webhook's Service (required)")
-	f.StringVar(&namespace, "namespace", "", "the Service's namespace (required)")
+	f.StringVarP(&namespace, "namespace", "n", "", "the Service's namespace (required)")
 	f.StringVar(&dir, "output-dir", "", "directory to write ca.crt, tls.crt and tls.key into (required)")
 	f.DurationVar(&caValidity, "ca-validity", 365*24*time.Hour, "lifetime of the CA")
 	f.DurationVar(&validity, "validity", 90*24*time.Hour, "lifetime of the serving certificate")

@@ -94,7 +94,7 @@ func newManifestsCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Namespace, "namespace", configNamespace, "namespace to install into")
+	f.StringVarP(&o.Namespace, "namespace", "n", configNamespace, "namespace to install into")
 	f.StringVar(&o.Image, "image", "", "the operator's image (default "+ImageRepository+":<this binary's version>; "+
 		"a build from anything but a release tag has no image of its own and needs --image)")
 	f.StringVar(&o.CertMode, "cert-mode", "self", "self (the operator rotates its certificates) or cert-manager")
