@@ -26,7 +26,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sidecar-operator/sidecar-operator/internal/version"
 )
@@ -237,6 +239,7 @@ func refused(v, out string) (string, error) {
 	if _, err := command(nil, "go", "build", "-o", bin, "./cmd/sidecar-operator"); err != nil {
 		return "", err
 	}
+	ctrllog.SetLogger(logr.Discard()) // envtest's own logging, which would print a stack
 	env := &envtest.Environment{BinaryAssetsDirectory: assets}
 	cfg, err := env.Start()
 	if err != nil {
