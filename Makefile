@@ -140,7 +140,7 @@ test-monitoring: ## config/monitoring: promtool checks the alert rules and the d
 # Each fuzz target as package:target:executions (about 5 s each here). Counts,
 # not durations: Go 1.26's fuzz coordinator can fail a run bounded by time with
 # "context deadline exceeded" and no crasher (golang/go#75804, fixed in 1.27).
-FUZZ_TARGETS = ./internal/jsonscan:FuzzScanner:50000 ./internal/jsonscan:FuzzSkip:50000 ./internal/jsonscan:FuzzAppendQuote:50000 ./internal/inject:FuzzInjectJSON:3000 ./internal/inject:FuzzPodViewReset:10000 ./internal/inject:FuzzAppendRecord:10000 ./internal/inject:FuzzParseStatus:20000 ./internal/jsonscan:FuzzCount:50000 ./internal/inject:FuzzTemplateLanguage:5000 ./internal/webhook:FuzzMutatePod:1000 ./internal/cli:FuzzConfigFile:1000 ./internal/inject:FuzzReadQuantity:2000 ./internal/webhookconfig:FuzzRecordsValidated:2000
+FUZZ_TARGETS = ./internal/jsonscan:FuzzScanner:50000 ./internal/jsonscan:FuzzSkip:50000 ./internal/jsonscan:FuzzAppendQuote:50000 ./internal/inject:FuzzInjectJSON:3000 ./internal/inject:FuzzPodViewReset:10000 ./internal/inject:FuzzAppendRecord:10000 ./internal/inject:FuzzParseStatus:20000 ./internal/jsonscan:FuzzCount:50000 ./internal/inject:FuzzTemplateLanguage:5000 ./internal/webhook:FuzzMutatePod:1000 ./internal/cli:FuzzConfigFile:1000 ./internal/inject:FuzzReadQuantity:2000 ./internal/webhookconfig:FuzzRecordsValidated:2000 ./internal/offline:FuzzKeepFormat:5000
 FUZZ_SCALE ?= 1
 # The apiserver's own validation as the oracle (test/apiserveroracle, a module
 # of its own, which needs k8s.io/kubernetes): whatever pod it accepts, the

@@ -218,3 +218,31 @@ func TestKubectlConventions(t *testing.T) {
 		t.Errorf("as kubectl-sidecar: %v\n%s", err, out)
 	}
 }
+
+// TestInjectKeepsTheManifest: inject adds lines to a commented manifest and
+// changes none: every line of the input is in the output, in order, so a
+// pull request of injected manifests shows only the injection.
+func TestInjectKeepsTheManifest(t *testing.T) {
+	input, err := os.ReadFile(filepath.Join("..", "..", "test", "testdata", "commented-deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, _, code := runBinary(t, "", "inject", "--sidecars", "examples", "-f", "test/testdata/commented-deployment.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := strings.Split(stdout, "\n")
+	at := 0
+	for line := range strings.SplitSeq(strings.TrimSuffix(string(input), "\n"), "\n") {
+		for at < len(out) && out[at] != line {
+			at++
+		}
+		if at == len(out) {
+			t.Fatalf("the output lost or changed the input's line %q", line)
+		}
+		at++
+	}
+	if !strings.Contains(stdout, "name: fluentd") {
+		t.Error("nothing was injected")
+	}
+}

@@ -149,7 +149,8 @@ func jsonObjects(chunk []byte) (values []json.RawMessage, ok bool) {
 }
 
 // encode encodes an injected document in the language it was written in:
-// JSON indented as kubectl prints it, or YAML after the comments it started with.
+// JSON indented as kubectl prints it, or YAML in the shape it was written in
+// (keepFormat).
 func (doc *document) encode() ([]byte, error) {
 	if doc.json {
 		var b bytes.Buffer
@@ -159,6 +160,10 @@ func (doc *document) encode() ([]byte, error) {
 		err := enc.Encode(doc.object)
 		return b.Bytes(), err
 	}
+	if text, err := keepFormat(doc.source, doc.object); err == nil {
+		return text, nil
+	}
+	// What kyaml cannot parse, sigs.k8s.io/yaml did: write it anew.
 	text, err := yaml.Marshal(doc.object)
 	if err != nil {
 		return nil, err
