@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -37,7 +38,9 @@ func runBinary(t *testing.T, stdin string, args ...string) (stdout, stderr strin
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = filepath.Join("..", "..")
 	cmd.Stdin = strings.NewReader(stdin)
-	cmd.Env = append(os.Environ(), "KUBECONFIG=/nonexistent")
+	// No cluster: no kubeconfig, and not a pod's in-cluster config either.
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KUBERNETES_SERVICE_") }),
+		"KUBECONFIG=/nonexistent", "HOME="+t.TempDir())
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
