@@ -723,7 +723,7 @@ func compileJSONTemplate(v any, path string, params map[string]bool, templates *
 		}
 		jt.static = append(jt.static, raw[last:start])
 		jt.holes = append(jt.holes, tmpl)
-		jt.paths = append(jt.paths, at)
+		jt.paths = append(jt.paths, path+at)
 		last = end
 	}
 	jt.static = append(jt.static, raw[last:])

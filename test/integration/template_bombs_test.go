@@ -178,7 +178,7 @@ func TestAuthorTemplateBombsAreRefused(t *testing.T) {
 		t.Fatal("the pod setting the bomb's parameter was admitted")
 	}
 	t.Logf("denied: %v", err)
-	for _, want := range []string{fmt.Sprintf("sidecar %q", name), "/image", "16384-byte cap"} {
+	for _, want := range []string{fmt.Sprintf("sidecar %q", name), "spec.containers[0].image: template", "16384-byte cap"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the denial does not name %q", want)
 		}
