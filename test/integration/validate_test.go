@@ -47,7 +47,7 @@ func TestSidecarValidationListsEveryProblem(t *testing.T) {
 		`admission webhook "sidecars.sidecar-operator.io" denied the request`,
 		`undefined parameter "tag"`,
 		"spec.containers[0].volumeMounts[0].name: Invalid value",
-		"spec.selector: values",
+		"spec.selector: Invalid value: values",
 	)
 }
 
