@@ -197,6 +197,7 @@ const (
 	outputText = "text"
 	outputJSON = "json"
 	outputYAML = "yaml"
+	outputName = "name"
 )
 
 func checkOutput(output string) error {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sidecar-operator/sidecar-operator/api/v1alpha1"
 	"github.com/sidecar-operator/sidecar-operator/internal/clusterstate"
 	"github.com/sidecar-operator/sidecar-operator/internal/fleet"
 )
@@ -30,8 +31,8 @@ in; for each workload (Deployment, StatefulSet, DaemonSet, other controllers,
 bare pods), which Sidecars its pods carry and whether they are current.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != outputJSON && output != outputYAML {
-				return usagef("--output: want table, json or yaml, got %q", output)
+			if output != "table" && output != outputJSON && output != outputYAML && output != outputName {
+				return usagef("--output: want table, json, yaml or name, got %q", output)
 			}
 			c, err := cluster.client()
 			if err != nil {
@@ -45,7 +46,13 @@ bare pods), which Sidecars its pods carry and whether they are current.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), "Warning: left out:", snap.EngineErr)
 			}
 			status := snap.Status()
-			if output != "table" {
+			switch output {
+			case outputName: // as kubectl get -o name, for scripts: one Sidecar a line
+				for _, r := range status.Sidecars {
+					fmt.Fprintf(cmd.OutOrStdout(), "sidecar.%s/%s\n", v1alpha1.GroupVersion.Group, r.Name)
+				}
+				return nil
+			case outputJSON, outputYAML:
 				return writeStructured(cmd.OutOrStdout(), output, status)
 			}
 			return writeStatusTable(cmd.OutOrStdout(), status)
@@ -53,7 +60,7 @@ bare pods), which Sidecars its pods carry and whether they are current.`,
 	}
 	cluster.bind(cmd.Flags())
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only the pods of this namespace (default: all)")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or yaml")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json, yaml or name (the Sidecars')")
 	return cmd
 }
 

@@ -272,6 +272,9 @@ func TestStatusAndRollout(t *testing.T) {
 	if out, err := runCLI(t, "status", "-n", ns); err != nil || !strings.Contains(out, "Deployment "+ns+"/web") {
 		t.Fatalf("status table: %v\n%s", err, out)
 	}
+	if out, err := runCLI(t, "status", "-n", ns, "-o", "name"); err != nil || !strings.Contains(out, "sidecar.sidecar-operator.io/ro-logger\n") {
+		t.Fatalf("status -o name: %v\n%s", err, out)
+	}
 
 	updateSidecar(t, logger, func(sc *v1alpha1.Sidecar) { sc.Spec.Containers[0].Image = "example/ro-logger:2" })
 	wantWorkload(t, ns, "web", fleet.WorkloadSidecar{Name: "ro-logger", Outdated: 2})
