@@ -198,6 +198,7 @@ const (
 	outputJSON = "json"
 	outputYAML = "yaml"
 	outputName = "name"
+	outputWide = "wide"
 )
 
 func checkOutput(output string) error {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -31,8 +33,8 @@ in; for each workload (Deployment, StatefulSet, DaemonSet, other controllers,
 bare pods), which Sidecars its pods carry and whether they are current.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != outputJSON && output != outputYAML && output != outputName {
-				return usagef("--output: want table, json, yaml or name, got %q", output)
+			if !slices.Contains([]string{"table", outputWide, outputJSON, outputYAML, outputName}, output) {
+				return usagef("--output: want table, wide, json, yaml or name, got %q", output)
 			}
 			c, err := cluster.client()
 			if err != nil {
@@ -55,12 +57,20 @@ bare pods), which Sidecars its pods carry and whether they are current.`,
 			case outputJSON, outputYAML:
 				return writeStructured(cmd.OutOrStdout(), output, status)
 			}
-			return writeStatusTable(cmd.OutOrStdout(), status)
+			var specs map[string]*v1alpha1.SidecarSpec
+			if output == outputWide {
+				specs = map[string]*v1alpha1.SidecarSpec{}
+				for i := range snap.Sidecars {
+					specs[snap.Sidecars[i].Name] = &snap.Sidecars[i].Spec
+				}
+			}
+			return writeStatusTable(cmd.OutOrStdout(), status, specs)
 		},
 	}
 	cluster.bind(cmd.Flags())
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only the pods of this namespace (default: all)")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json, yaml or name (the Sidecars')")
+	cmd.Flags().StringVarP(&output, "output", "o", "table",
+		"table, wide (with each Sidecar's update strategy and whether it is mandatory), json, yaml or name (the Sidecars')")
 	return cmd
 }
 
@@ -85,11 +95,28 @@ func writeStructured(w io.Writer, output string, v any) error {
 	return err
 }
 
-func writeStatusTable(w io.Writer, status *clusterstate.Status) error {
+// writeStatusTable prints status; with specs (-o wide), each Sidecar's
+// update strategy and whether it is mandatory too.
+func writeStatusTable(w io.Writer, status *clusterstate.Status, specs map[string]*v1alpha1.SidecarSpec) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SIDECAR\tCURRENT\tUPDATE\tMATCHED\tINJECTED\tOUTDATED\tMISSED\tNAMESPACES")
+	header := "SIDECAR\tCURRENT\tUPDATE\tMATCHED\tINJECTED\tOUTDATED\tMISSED\tNAMESPACES"
+	if specs != nil {
+		header += "\tSTRATEGY\tMANDATORY"
+	}
+	fmt.Fprintln(tw, header)
 	for _, r := range status.Sidecars {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", r.Name, r.CurrentRevision, r.Revision, r.Matched, r.Injected, r.Outdated, r.Missed, r.Namespaces)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d", r.Name, r.CurrentRevision, r.Revision, r.Matched, r.Injected, r.Outdated, r.Missed, r.Namespaces)
+		if specs != nil {
+			strategy, mandatory := "-", "-"
+			if spec := specs[r.Name]; spec != nil {
+				strategy, mandatory = string(v1alpha1.OnDeleteUpdate), strconv.FormatBool(spec.Mandatory)
+				if spec.Rolling() {
+					strategy = string(v1alpha1.RollingUpdate)
+				}
+			}
+			fmt.Fprintf(tw, "\t%s\t%s", strategy, mandatory)
+		}
+		fmt.Fprintln(tw)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "WORKLOAD\tPODS\tSIDECARS")

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -274,6 +275,9 @@ func TestStatusAndRollout(t *testing.T) {
 	}
 	if out, err := runCLI(t, "status", "-n", ns, "-o", "name"); err != nil || !strings.Contains(out, "sidecar.sidecar-operator.io/ro-logger\n") {
 		t.Fatalf("status -o name: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, "status", "-n", ns, "-o", "wide"); err != nil || !regexp.MustCompile(`(?m)^ro-logger .* OnDelete +false$`).MatchString(out) {
+		t.Fatalf("status -o wide: %v\n%s", err, out)
 	}
 
 	updateSidecar(t, logger, func(sc *v1alpha1.Sidecar) { sc.Spec.Containers[0].Image = "example/ro-logger:2" })
