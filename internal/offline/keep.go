@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 
 	yamlv3 "go.yaml.in/yaml/v3"
@@ -106,13 +107,10 @@ func merge(n *yamlv3.Node, v any) (*yamlv3.Node, error) {
 			}
 			content = append(content, key, merged)
 		}
-		for _, k := range slices.Sorted(func(yield func(string) bool) {
-			for k := range val {
-				if !seen[k] && !yield(k) {
-					return
-				}
+		for _, k := range slices.Sorted(maps.Keys(val)) {
+			if seen[k] {
+				continue
 			}
-		}) {
 			value, err := encodeNode(val[k])
 			if err != nil {
 				return nil, err

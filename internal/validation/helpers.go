@@ -4,14 +4,6 @@ import corev1 "k8s.io/api/core/v1"
 
 type containerMounts []string
 
-func names(cs []corev1.Container) []string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = c.Name
-	}
-	return out
-}
-
 func mounts(cs []corev1.Container) []containerMounts {
 	out := make([]containerMounts, len(cs))
 	for i, c := range cs {

@@ -40,35 +40,28 @@ func Sidecar(sc *v1alpha1.Sidecar) field.ErrorList {
 		}
 	}
 
-	containers := map[string]*field.Path{}
-	for _, group := range []struct {
-		path *field.Path
-		list []string
-	}{
-		{spec.Child("initContainers"), names(sc.Spec.InitContainers)},
-		{spec.Child("containers"), names(sc.Spec.Containers)},
-	} {
-		for i, name := range group.list {
-			p := group.path.Index(i).Child("name")
-			if first, dup := containers[name]; dup {
-				errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s (also %s)", name, first)))
-				continue
-			}
-			containers[name] = p
-		}
-	}
-	// The apiserver refuses every pod with another pull policy.
+	// Names once each, and only pull policies a pod may have: the apiserver
+	// refuses every pod with another.
 	pullPolicies := []corev1.PullPolicy{corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever}
+	containers := map[string]*field.Path{}
+	var pulls field.ErrorList
 	for _, group := range []struct {
 		path *field.Path
 		list []corev1.Container
 	}{{spec.Child("initContainers"), sc.Spec.InitContainers}, {spec.Child("containers"), sc.Spec.Containers}} {
 		for i, c := range group.list {
 			if c.ImagePullPolicy != "" && !slices.Contains(pullPolicies, c.ImagePullPolicy) {
-				errs = append(errs, field.NotSupported(group.path.Index(i).Child("imagePullPolicy"), c.ImagePullPolicy, pullPolicies))
+				pulls = append(pulls, field.NotSupported(group.path.Index(i).Child("imagePullPolicy"), c.ImagePullPolicy, pullPolicies))
 			}
+			p := group.path.Index(i).Child("name")
+			if first, dup := containers[c.Name]; dup {
+				errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s (also %s)", c.Name, first)))
+				continue
+			}
+			containers[c.Name] = p
 		}
 	}
+	errs = append(errs, pulls...)
 	volumes := map[string]bool{}
 	for i, v := range sc.Spec.Volumes {
 		if volumes[v.Name] {
